@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every test: lint, the bundle build, the JAX tier (Python 3.12, jax 0.12) and the Torch tier
+# (Python 3.11, torch 2.13 CPU, torch-tpu 0.2.0, jax 0.10.2). Sets up each tier's venv itself.
+#   ./test.sh            all tests
+#   ./test.sh --fast     only the kernels_ci subset
+# A tier that fails, or runs no test, or skips every test it ran, fails the whole run.
+source "$(dirname "$0")/scripts/env.sh"
+cd "$REPO"
+marker=()
+[ "${1:-}" = "--fast" ] && marker=(-m kernels_ci)
+
+jax_python=$(ensure_venv jax-tier)
+torch_python=$(ensure_venv torch-tier)
+reports="$REPO/build/test-reports"
+
+echo "== lint (ruff)"
+"$jax_python" -m ruff check --quiet .
+
+echo "== bundle"
+"$jax_python" -m tools.bundle
+mkdir -p "$reports"
+
+status=0
+run_tier() {  # run_tier NAME PYTHON PYTEST-ARGS...
+  local name=$1 python=$2; shift 2
+  echo "== $name tier ($("$python" -c 'import sys; print(sys.version.split()[0])'))"
+  "$python" -m pytest -p no:cacheprovider "${marker[@]}" --junitxml="$reports/$name.xml" "$@" || status=1
+}
+run_tier jax "$jax_python" tests --ignore=tests/torch
+TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_tier torch "$torch_python" tests/torch
+
+"$jax_python" scripts/tier_summary.py "$reports/jax.xml" "$reports/torch.xml" || status=1
+exit $status

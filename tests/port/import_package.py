@@ -1,0 +1,36 @@
+"""Run by test_minimal_envs in a venv holding only JAX: `python import_package.py PACKAGE_DIR`.
+
+Loads the kernel package under a name that is not `tokamax`, with upstream's dropped
+dependencies blocked, imports every kernel module and prints what happened as JSON.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tools import importguard  # noqa: E402
+
+
+def main(package_dir: Path) -> int:
+    importguard.install()
+    spec = importlib.util.spec_from_file_location(
+        "kernel_under_test", package_dir / "__init__.py", submodule_search_locations=[str(package_dir)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kernel_under_test"] = module
+    spec.loader.exec_module(module)
+    imported = [getattr(module, name).__name__ for name in module.KERNEL_MODULES]
+    import jax
+
+    print(json.dumps({"python": "{}.{}".format(*sys.version_info[:2]), "jax": jax.__version__, "imported": imported,
+                      "dropped_loaded": importguard.loaded()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
