@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,3 +27,11 @@ def artifact_paths() -> dict[str, Path]:
     """Each recipe artifact's file in the warm cache (fetched by pip if missing), by package."""
     recipe = load_recipe(RECIPE)
     return {step.props["package"]: artifacts.fetch(step, CACHE) for step in recipe.artifacts()}
+
+
+def tier_python(tier: str) -> str:
+    """The python of another tier's venv (scripts/env.sh sets it up on first use)."""
+    result = subprocess.run(["bash", "-c", f'source "{REPO}/scripts/env.sh" && ensure_venv {tier}'],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, f"could not set up the {tier} venv:\n{result.stderr}"
+    return result.stdout.strip().splitlines()[-1]

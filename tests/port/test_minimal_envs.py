@@ -7,23 +7,16 @@ import subprocess
 
 import pytest
 
-from tests.conftest import PORTED, REPO
+from tests.conftest import PORTED, REPO, tier_python
 
 KERNEL_MODULES = 20
-
-
-def _venv_python(tier: str) -> str:
-    result = subprocess.run(["bash", "-c", f'source "{REPO}/scripts/env.sh" && ensure_venv {tier}'],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, f"could not set up the {tier} venv:\n{result.stderr}"
-    return result.stdout.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize(("tier", "python", "jax_prefix"), [("jax-only", "3.12", "0.12."),
                                                              ("jax-only-py311", "3.11", "0.10.2")])
 def test_every_kernel_module_imports_with_only_jax(tier, python, jax_prefix):
     assert (PORTED / "PROVENANCE.json").exists(), "run the port first (the test command does)"
-    exe = _venv_python(tier)
+    exe = tier_python(tier)
     freeze = subprocess.run([exe, "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
     installed = {line.split("==")[0].lower() for line in freeze.split()}
     assert installed <= {"jax", "jaxlib", "ml_dtypes", "ml-dtypes", "numpy", "opt_einsum", "opt-einsum", "scipy"}, (

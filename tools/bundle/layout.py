@@ -13,7 +13,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from kernels._rust import Build, Digest, DigestAlgorithm, Metadata
+from kernels._rust import Backend, Build, Digest, DigestAlgorithm, Metadata
 
 from ..porter.tree import read_tree, write_tree
 
@@ -45,8 +45,9 @@ def unique_id(files: dict[str, bytes]) -> str:
 
 def metadata_document(repo: Path, ops_name: str) -> dict:
     """metadata.json's fields, from build.toml (validated by the parser shipped in `kernels`)."""
-    Build.open(repo)  # raises ValueError naming what is wrong
+    build = Build.open(repo)  # raises ValueError naming what is wrong
     general = tomllib.loads((repo / "build.toml").read_text())["general"]
+    depends = [{"repo-id": d.repo_id, "version": d.version.version} for d in build.all_kernel_depends(Backend.TPU)]
     return {
         "name": general["name"],
         "id": ops_name,
@@ -54,7 +55,7 @@ def metadata_document(repo: Path, ops_name: str) -> dict:
         "license": general["license"],
         "upstream": general.get("upstream"),
         "python-depends": [],
-        "kernel-depends": [],
+        "kernel-depends": depends,
         "backend": {"type": BACKEND},
     }
 
@@ -69,7 +70,7 @@ def _digest(files: dict[str, bytes]) -> dict:
 
 def lay_out(repo: Path, out: Path) -> Path:
     """Writes `out/torch-tpu` (all or nothing) and returns its path."""
-    name = tomllib.loads((repo / "build.toml").read_text())["general"]["name"]
+    name = tomllib.loads((repo / "build.toml").read_text())["general"]["name"].replace("-", "_")
     files = read_tree(repo / "torch-ext" / name)
     ops_name = f"_{name}_{BACKEND}_{unique_id(files)}"
     files["_ops.py"] = _OPS_TEMPLATE.format(ops_name=ops_name).encode()

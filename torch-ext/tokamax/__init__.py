@@ -1,7 +1,8 @@
 """kernels-community/tokamax: Tokamax 0.0.17's Pallas Mosaic TPU kernels, needing only JAX.
 
 Loading this package imports nothing heavy; each kernel module (and JAX with it) is imported on
-first use, e.g. `tokamax.ragged_dot.gmm(...)`. The kernel modules are generated at build time
+first use, e.g. `tokamax.ragged_dot.gmm(...)`; Torch users call `tokamax.torch_ops.gmm(...)` on
+Torch tensors. The kernel modules are generated at build time
 by the port (tools/porter) into `_ported/`; everything else here is hand-written.
 """
 
@@ -41,15 +42,26 @@ KERNEL_MODULES = (
     "topk",
 )
 
-__all__ = ["KERNEL_MODULES", "TOKAMAX_VERSION", "__version__", *KERNEL_MODULES]
+# Our modules, also loaded on first use: running the kernels on a CPU host (emulation.py) and
+# the Torch ops (torch_ops.py, which needs torch and torch-tpu).
+HELPER_MODULES = ("emulation", "torch_ops")
+
+__all__ = ["KERNEL_MODULES", "TOKAMAX_VERSION", "__version__", *KERNEL_MODULES, *HELPER_MODULES]
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._ported import ragged_dot, splash_attention  # noqa: F401
 
 
 def __getattr__(name: str) -> ModuleType:
-    if name in KERNEL_MODULES:
-        module = importlib.import_module(f"._ported.{name}", __name__)
+    if name in KERNEL_MODULES or name in HELPER_MODULES:
+        where = f"._ported.{name}" if name in KERNEL_MODULES else f".{name}"
+        try:
+            module = importlib.import_module(where, __name__)
+        except ImportError as e:
+            if name != "torch_ops":
+                raise
+            raise ImportError(f"{__name__}.torch_ops needs torch and torch-tpu ({e}); "
+                              "the JAX kernel modules work without them") from e
         globals()[name] = module
         return module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

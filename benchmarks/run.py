@@ -1,0 +1,176 @@
+"""All benchmarks in one run, side by side: load time, footprint, port time, bridge overhead, test tiers.
+
+    ./bench.sh [--runs 9] [--json build/benchmarks.json]
+
+Run by bench.sh in the JAX tier's venv; it starts the other tiers' interpreters itself. Load
+times are whole cold processes, the three contenders interleaved round by round so that a noisy
+neighbour hits them alike. Prints a table and writes everything as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import bench_port  # noqa: E402
+
+PROBES = REPO / "benchmarks/probes"
+VARIANT = REPO / "build/torch-tpu"
+
+
+def tier_python(tier: str) -> str:
+    """The interpreter of a tier's venv, set up by scripts/env.sh if needed."""
+    result = subprocess.run(["bash", "-c", f'source "{REPO}/scripts/env.sh" && ensure_venv {tier}'],
+                            capture_output=True, text=True, check=True)
+    return result.stdout.strip().splitlines()[-1]
+
+
+def stats(samples: list[float]) -> dict:
+    """Median and spread."""
+    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples), "runs": len(samples)}
+
+
+def _time_process(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def load_times(runs: int, jax_python: str, upstream_python: str) -> dict:
+    """Cold-process seconds: the kernel, the floor and `import tokamax`, interleaved."""
+    contenders = {
+        "kernel": [jax_python, str(PROBES / "load_kernel.py"), str(VARIANT)],
+        "floor": [jax_python, str(PROBES / "floor.py")],
+        "import_tokamax": [upstream_python, str(PROBES / "import_tokamax.py")],
+    }
+    for cmd in contenders.values():  # warm the OS file cache once; not counted
+        _time_process(cmd)
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(runs):
+        for name, cmd in contenders.items():
+            samples[name].append(_time_process(cmd))
+    out = {name: stats(s) for name, s in samples.items()}
+    out["kernel_over_floor"] = out["kernel"]["median"] / out["floor"]["median"]
+    out["tokamax_over_kernel"] = out["import_tokamax"]["median"] / out["kernel"]["median"]
+    return out
+
+
+def _closure(python: str, root: str, exclude_roots: tuple[str, ...]) -> dict:
+    """Distributions `root` needs (by Requires-Dist, in that venv) beyond those `exclude_roots` need."""
+    result = subprocess.run([python, str(PROBES / "closure.py"), root, *exclude_roots], capture_output=True,
+                            text=True, check=True)
+    return json.loads(result.stdout)
+
+
+def footprint(upstream_python: str) -> dict:
+    """What each needs beyond JAX: distributions and MiB installed."""
+    tokamax = _closure(upstream_python, "tokamax", ("jax",))
+    tokamax.update(distributions=tokamax["distributions"] + 1, mib=tokamax["mib"] + tokamax["root_mib"])  # + itself
+    variant_bytes = sum(p.stat().st_size for p in VARIANT.rglob("*") if p.is_file())
+    kernel_deps = json.loads((VARIANT / "metadata.json").read_text())["python-depends"]
+    return {"tokamax": tokamax, "kernel": {"distributions": len(kernel_deps), "names": kernel_deps,
+                                           "mib": 0.0, "bundle_mib": variant_bytes / 2**20}}
+
+
+def bridge(torch_python: str, calls: int) -> dict:
+    """Per-call overhead of the Torch bridge on CPU, small and large inputs."""
+    result = subprocess.run([torch_python, str(PROBES / "bridge_overhead.py"), str(VARIANT), str(calls)],
+                            capture_output=True, text=True, env={**_env(), "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})
+    if result.returncode != 0:
+        raise RuntimeError(f"bridge probe failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def _env() -> dict:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in ("LOCAL_KERNELS", "PYTHONPATH")}
+
+
+def test_tiers() -> dict:
+    """Wall time of each tier's last run (./test.sh writes the JUnit reports)."""
+    out = {}
+    for report in sorted((REPO / "build/test-reports").glob("*.xml")):
+        suite = ET.parse(report).getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        out[report.stem] = {"seconds": float(suite.get("time")), "tests": int(suite.get("tests")),
+                            "when": suite.get("timestamp")}
+    return out
+
+
+def table(results: dict) -> str:
+    """The README table."""
+    load, foot, port, br = results["load"], results["footprint"], results["port"], results["bridge"]
+    rows = [
+        ("load: kernel (get_local_kernel + ragged_dot.gmm)", f"{load['kernel']['median']:.2f} s",
+         f"{load['kernel']['min']:.2f}–{load['kernel']['max']:.2f} s"),
+        ("load: floor (import kernels, jax, pallas.tpu)", f"{load['floor']['median']:.2f} s",
+         f"{load['floor']['min']:.2f}–{load['floor']['max']:.2f} s"),
+        ("load: import tokamax 0.0.17", f"{load['import_tokamax']['median']:.2f} s",
+         f"{load['import_tokamax']['min']:.2f}–{load['import_tokamax']['max']:.2f} s"),
+        ("load: kernel / floor", f"{load['kernel_over_floor']:.3f}x", "goal <= 1.15x"),
+        ("load: import tokamax / kernel", f"{load['tokamax_over_kernel']:.2f}x", ""),
+        ("footprint beyond JAX: kernel", f"{foot['kernel']['distributions']} dists, 0 MiB",
+         f"bundle itself {foot['kernel']['bundle_mib']:.1f} MiB"),
+        ("footprint beyond JAX: pip install tokamax==0.0.17", f"{foot['tokamax']['distributions']} dists, "
+         f"{foot['tokamax']['mib']:.0f} MiB", ""),
+        ("port, warm artifact cache", f"{port['port_warm']['median_s']:.2f} s",
+         f"{port['port_warm']['min_s']:.2f}–{port['port_warm']['max_s']:.2f} s"),
+        ("port, cold cache (pip fetches 3 artifacts)", f"{port['port_cold']['median_s']:.2f} s",
+         f"{port['port_cold']['min_s']:.2f}–{port['port_cold']['max_s']:.2f} s"),
+    ]
+    for size in ("small", "large"):
+        b = br[size]
+        rows.append((f"bridge on CPU, {b['mib']:.2f} MiB input: Torch op vs jitted JAX",
+                     f"+{b['overhead_us']:.0f} us", f"{b['torch_op_us']:.0f} vs {b['jax_jit_us']:.0f} us per call"))
+    for tier, t in results["test_tiers"].items():
+        rows.append((f"test tier {tier} (CPU, interpret mode), last ./test.sh", f"{t['seconds']:.0f} s",
+                     f"{t['tests']} tests"))
+    width = max(len(r[0]) for r in rows)
+    lines = [f"| {'what'.ljust(width)} | median | spread / note |", f"|{'-' * (width + 2)}|---|---|"]
+    lines += [f"| {a.ljust(width)} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=9, help="cold processes per contender")
+    parser.add_argument("--port-runs", type=int, default=7)
+    parser.add_argument("--bridge-calls", type=int, default=200)
+    parser.add_argument("--json", type=Path, default=REPO / "build/benchmarks.json")
+    args = parser.parse_args()
+    if not (VARIANT / "metadata.json").exists():
+        raise SystemExit("bench: build the bundle first (./build.sh)")
+    pythons = {tier: tier_python(tier) for tier in ("jax-tier", "upstream", "torch-tier")}
+    results = {
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores, {platform.python_version()}",
+        "kernels": metadata.version("kernels"),
+        "load": load_times(args.runs, pythons["jax-tier"], pythons["upstream"]),
+        "footprint": footprint(pythons["upstream"]),
+        "port": bench_port.measure(args.port_runs, 1),
+        "bridge": bridge(pythons["torch-tier"], args.bridge_calls),
+        "test_tiers": test_tiers(),
+    }
+    print(f"Benchmarks, {results['date']}, {results['machine']}\n")
+    print(table(results))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

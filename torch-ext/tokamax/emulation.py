@@ -1,0 +1,107 @@
+"""Run or lower the TPU kernels on a host without a TPU, for a TPU chip you name.
+
+Tiling code asks `pltpu.get_tpu_info()` which chip it runs on; on a CPU host that raises. Here
+the chip is always chosen explicitly, never guessed from the host:
+
+- `interpret_on_cpu(chip)` runs every Pallas call traced inside it in Pallas TPU interpret
+  mode on the CPU, with `get_tpu_info()` answering for `chip`. For checking numerics; slow.
+- `tpu_mesh(chip)` is an abstract mesh for lowering for TPU on a CPU host:
+  `with jax.sharding.use_abstract_mesh(tpu_mesh("v6e")): jax.jit(f).trace(*specs).lower(
+  lowering_platforms=("tpu",))`.
+
+- `cpu_chip()` is the chip the Torch ops emulate for CPU tensors: `TOKAMAX_CPU_CHIP`, else "v6e".
+
+Chips: "v5e", "v6e", "v7x". JAX keeps the chip table in a private module; it is reached through
+the function `pltpu.get_tpu_info` itself, so that both jax 0.10 and 0.12 work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Iterator
+from types import ModuleType
+
+# chip -> (device kind JAX reports for it, ChipVersion member name)
+CHIPS: dict[str, tuple[str, str]] = {
+    "v5e": ("TPU v5 lite", "TPU_V5E"),
+    "v6e": ("TPU v6 lite", "TPU_V6E"),
+    "v7x": ("TPU7x", "TPU_7X"),
+}
+DEFAULT_CHIP = "v6e"
+CPU_CHIP_VARIABLE = "TOKAMAX_CPU_CHIP"
+
+
+def _check(chip: str) -> None:
+    if chip not in CHIPS:
+        raise ValueError(f"unknown TPU chip {chip!r}; choose one of {sorted(CHIPS)}")
+
+
+def cpu_chip() -> str:
+    """The chip emulated when the Torch ops run on CPU tensors (`TOKAMAX_CPU_CHIP`, default v6e)."""
+    chip = os.environ.get(CPU_CHIP_VARIABLE, DEFAULT_CHIP)
+    if chip not in CHIPS:
+        raise ValueError(f"{CPU_CHIP_VARIABLE}={chip!r} names no known TPU chip; choose one of {sorted(CHIPS)}")
+    return chip
+
+
+# Where JAX keeps the chip table: jax 0.12, then jax 0.10.
+_TPU_INFO_MODULES = ("jax._src.tpu_info", "jax._src.pallas.mosaic.tpu_info")
+
+
+def _tpu_info_module() -> ModuleType:
+    from jax.experimental.pallas import tpu as pltpu
+
+    for name in _TPU_INFO_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if getattr(module, "get_tpu_info", None) is pltpu.get_tpu_info and hasattr(module, "registry"):
+            return module
+    raise RuntimeError(f"this jax keeps its TPU chip table in none of {_TPU_INFO_MODULES}; update tokamax.emulation")
+
+
+def _clear_cache(info: ModuleType) -> None:
+    clear = getattr(info.get_tpu_info, "cache_clear", None)
+    if clear is not None:
+        clear()
+
+
+@contextlib.contextmanager
+def emulated_chip(chip: str = DEFAULT_CHIP) -> Iterator[None]:
+    """Within the block, `pltpu.get_tpu_info()` on a CPU device describes `chip` (one core)."""
+    _check(chip)
+    info = _tpu_info_module()
+    version = getattr(info.ChipVersion, CHIPS[chip][1])
+    previous = info.registry.get("cpu")
+    info.registry["cpu"] = lambda: info.get_tpu_info_for_chip(version, 1)
+    _clear_cache(info)
+    try:
+        yield
+    finally:
+        if previous is None:
+            info.registry.pop("cpu", None)
+        else:
+            info.registry["cpu"] = previous
+        _clear_cache(info)
+
+
+@contextlib.contextmanager
+def interpret_on_cpu(chip: str = DEFAULT_CHIP) -> Iterator[None]:
+    """Runs the kernels traced inside in Pallas TPU interpret mode, as if on `chip`."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    with emulated_chip(chip), pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+        yield
+
+
+def tpu_mesh(chip: str = DEFAULT_CHIP, axis: str = "x", devices: int = 1):  # noqa: ANN201 - an AbstractMesh
+    """An abstract mesh of `devices` chips `chip` along `axis`, for lowering for TPU on a CPU host."""
+    _check(chip)
+    from jax.sharding import AbstractDevice, AbstractMesh, AxisType
+
+    # Auto axes, as on a real device mesh: shard_map then takes unsharded specs as given.
+    return AbstractMesh((devices,), (axis,), axis_types=(AxisType.Auto,),
+                        abstract_device=AbstractDevice(CHIPS[chip][0], 1, "tpu"))
