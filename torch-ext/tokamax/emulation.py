@@ -18,6 +18,7 @@ the function `pltpu.get_tpu_info` itself, so that both jax 0.10 and 0.12 work.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 from collections.abc import Iterator
@@ -50,6 +51,7 @@ def cpu_chip() -> str:
 _TPU_INFO_MODULES = ("jax._src.tpu_info", "jax._src.pallas.mosaic.tpu_info")
 
 
+@functools.cache
 def _tpu_info_module() -> ModuleType:
     from jax.experimental.pallas import tpu as pltpu
 
@@ -69,14 +71,24 @@ def _clear_cache(info: ModuleType) -> None:
         clear()
 
 
+@functools.cache
+def _chip_info_factory(chip: str):  # noqa: ANN202 - () -> TpuInfo, one object per chip
+    info = _tpu_info_module()
+    version = getattr(info.ChipVersion, CHIPS[chip][1])
+    return lambda: info.get_tpu_info_for_chip(version, 1)
+
+
 @contextlib.contextmanager
 def emulated_chip(chip: str = DEFAULT_CHIP) -> Iterator[None]:
     """Within the block, `pltpu.get_tpu_info()` on a CPU device describes `chip` (one core)."""
     _check(chip)
     info = _tpu_info_module()
-    version = getattr(info.ChipVersion, CHIPS[chip][1])
+    factory = _chip_info_factory(chip)
     previous = info.registry.get("cpu")
-    info.registry["cpu"] = lambda: info.get_tpu_info_for_chip(version, 1)
+    if previous is factory:  # already this chip (nested, or back to back): nothing to change
+        yield
+        return
+    info.registry["cpu"] = factory
     _clear_cache(info)
     try:
         yield
