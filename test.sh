@@ -9,6 +9,9 @@ cd "$REPO"
 marker=()
 [ "${1:-}" = "--fast" ] && marker=(-m kernels_ci)
 
+# Tests load build/torch-tpu in-process: keep bytecode out of the bundle.
+export PYTHONDONTWRITEBYTECODE=1
+
 jax_python=$(ensure_venv jax-tier)
 torch_python=$(ensure_venv torch-tier)
 reports="$REPO/build/test-reports"

@@ -3,6 +3,12 @@
 This is how the kernel scales past one chip: each device holds a slice of the sequence and the
 K/V slices travel around the ring. Each case runs in a process of its own (tests/jax/ring_check.py,
 four host devices via `--xla_force_host_platform_device_count=4`) with a time limit.
+
+On this 2-core host, JAX's TPU interpreter occasionally deadlocks with several host devices: one
+device's kernel waits at the interpreter's cross-device barrier (a Python threading.Barrier in an
+io_callback, on an XLA CPU worker thread) while the other device's kernel never gets a worker
+(seen with py-spy; healthy runs take 5-15 s). Such a stall is retried in a new process, at most
+twice, with a warning; a wrong result is never retried.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -17,7 +24,8 @@ from tests.conftest import REPO
 
 # f32 inputs; the ring merges per-shard softmax statistics, which reorders f32 arithmetic only:
 # |out - dense| <= 1e-4 |dense| + 2e-5 elementwise (ring_check.py reports the worst excess).
-TIMEOUT_S = 600
+TIMEOUT_S = 180  # per attempt
+ATTEMPTS = 3
 
 
 @pytest.mark.parametrize("devices", [2, 4])
@@ -26,11 +34,16 @@ TIMEOUT_S = 600
                          ids=["mha-fwd", "mqa-segments-fwd", "mha-segments-grads", "mqa-grads"])
 def test_ring_attention_matches_dense_attention(devices, is_mqa, segmented, grads, kernel):
     args = [str(devices), *("1" if flag else "0" for flag in (is_mqa, segmented, grads))]
-    try:
-        result = subprocess.run([sys.executable, str(REPO / "tests/jax/ring_check.py"), *args],
-                                capture_output=True, text=True, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"ring attention over {devices} devices did not finish in {TIMEOUT_S} s (stalled collective)")
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            result = subprocess.run([sys.executable, str(REPO / "tests/jax/ring_check.py"), *args],
+                                    capture_output=True, text=True, timeout=TIMEOUT_S)
+            break
+        except subprocess.TimeoutExpired:
+            warnings.warn(f"ring attention over {devices} devices stalled in the interpreter (attempt {attempt})",
+                          stacklevel=1)
+    else:
+        pytest.fail(f"ring attention over {devices} devices stalled {ATTEMPTS} times ({TIMEOUT_S} s each)")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["devices"] == 4
