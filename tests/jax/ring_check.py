@@ -1,6 +1,7 @@
 """Run by test_ring_attention in a fresh process: `python ring_check.py DEVICES MQA SEGMENTED GRADS`.
 
-Loads the built kernel with `kernels`, runs ring attention over DEVICES host CPU devices in
+Loads the built kernel with `kernels`, runs ring attention over DEVICES host CPU devices (and no
+more: idle devices made stalls likelier) in
 interpret mode, compares with dense attention and prints the worst errors as JSON. A process of
 its own per case keeps one XLA CPU collective (which can stall under load in interpret mode)
 from hanging the whole test session: the test times the process out instead.
@@ -15,7 +16,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=4"])
+DEVICE_COUNT = f"--xla_force_host_platform_device_count={sys.argv[1]}"  # as many as the ring has
+os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), DEVICE_COUNT])
 
 import jax  # noqa: E402
 import kernels  # noqa: E402
