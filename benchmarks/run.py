@@ -134,7 +134,7 @@ def table(results: dict) -> str:
     for size in ("small", "large"):
         b = br[size]
         rows.append((f"bridge on CPU, {b['mib']:.2f} MiB input: Torch op vs jitted JAX",
-                     f"+{b['overhead_us']:.0f} us", f"{b['torch_op_us']:.0f} vs {b['jax_jit_us']:.0f} us per call"))
+                     f"{b['overhead_us']:+.0f} us", f"{b['torch_op_us']:.0f} vs {b['jax_jit_us']:.0f} us per call"))
     for tier, t in results["test_tiers"].items():
         rows.append((f"test tier {tier} (CPU, interpret mode), last ./test.sh", f"{t['seconds']:.0f} s",
                      f"{t['tests']} tests"))

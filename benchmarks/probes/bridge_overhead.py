@@ -30,15 +30,17 @@ op = ops._register("bench_scale", scale)  # the same path gmm and splash take
 jitted = jax.jit(scale)
 
 
-def median_us(fn, *args) -> float:  # noqa: ANN001
+def paired_medians_us(first, second) -> tuple[float, float]:  # noqa: ANN001
+    """Median microseconds per call of two callables, timed in alternation so drift hits both."""
     for _ in range(20):
-        fn(*args)
-    samples = []
+        first(), second()
+    samples: tuple[list[float], list[float]] = ([], [])
     for _ in range(CALLS):
-        start = time.perf_counter()
-        fn(*args)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e6
+        for fn, out in ((first, samples[0]), (second, samples[1])):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return statistics.median(samples[0]) * 1e6, statistics.median(samples[1]) * 1e6
 
 
 report = {}
@@ -47,8 +49,7 @@ for name, shape in (("small", (256, 128)), ("large", (4096, 4096))):
     array = ops.to_jax(tensor)
     out = op(tensor)
     assert torch.equal(out, tensor * 2 + 1)
-    torch_us = median_us(op, tensor)
-    jax_us = median_us(lambda a: jitted(a).block_until_ready(), array)
+    torch_us, jax_us = paired_medians_us(lambda t=tensor: op(t), lambda a=array: jitted(a).block_until_ready())
     report[name] = {"shape": list(shape), "mib": tensor.numel() * 4 / 2**20, "torch_op_us": torch_us,
                     "jax_jit_us": jax_us, "overhead_us": torch_us - jax_us}
 print(json.dumps(report))
