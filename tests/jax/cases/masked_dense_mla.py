@@ -81,29 +81,27 @@ _XFAIL = ("jax's Pallas TPU interpreter resolves DMA refs only through integer/s
           "DMAs from `cache_kv_*_hbm_ref.reshape(...)` views (interpret/utils.py to_range: AttributeError: "
           "'ReshapeTransform' object has no attribute 'indices')")
 
+# What every case below shares.
+_case = functools.partial(
+    Case,
+    call=lambda get: _kernel(get, num_kv_pages_per_block=2, num_queries_per_block=(1, 8, 8)),
+    reference=_reference,
+    tolerance=_TOLERANCE,
+    tolerance_why=_TOLERANCE_WHY,
+    chips=("v7x",),
+    interpret_chip="v7x",
+    interpret_xfail=_XFAIL,
+)
+
 CASES = [
-    Case(
+    _case(
         id="masked_dense_mla/analytic-s4-t12-h8-p16x8-topk128",
         # max_kv_len (8 pages x 16) <= topk: the causal mask is computed in-kernel, no SparseCore call.
-        call=lambda get: _kernel(get, num_kv_pages_per_block=2, num_queries_per_block=(1, 8, 8)),
         inputs=lambda: _inputs([1, 1, 3, 7], topk=128, num_heads=8, page_size=16, pages_per_seq=8, seed=0),
-        reference=_reference,
-        tolerance=_TOLERANCE,
-        tolerance_why=_TOLERANCE_WHY,
-        chips=("v7x",),
-        interpret_chip="v7x",
-        interpret_xfail=_XFAIL,
     ),
-    Case(
+    _case(
         id="masked_dense_mla/bitmap-s4-t12-h8-p16x8-topk32",
         # topk < max_kv_len: the indexer's selection is expanded into a bitmap on SparseCore (csa_mask).
-        call=lambda get: _kernel(get, num_kv_pages_per_block=2, num_queries_per_block=(1, 8, 8)),
         inputs=lambda: _inputs([1, 1, 3, 7], topk=32, num_heads=8, page_size=16, pages_per_seq=8, seed=1),
-        reference=_reference,
-        tolerance=_TOLERANCE,
-        tolerance_why=_TOLERANCE_WHY,
-        chips=("v7x",),
-        interpret_chip="v7x",
-        interpret_xfail=_XFAIL,
     ),
 ]

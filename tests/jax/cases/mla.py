@@ -77,29 +77,27 @@ _XFAIL = ("Pallas TPU interpret mode cannot access a ref through `ref.bitcast(..
           "interpret/utils.py to_range: AttributeError: 'BitcastTransform' object has no attribute 'indices'")
 
 # Upstream supports MLA on TPU v7 and later only (`supported_on`: generation >= 7; tests skip below 7).
+# What every case below shares.
+_case = functools.partial(
+    Case,
+    reference=_reference,
+    compare=_compare,
+    tolerance=(3e-2, 3e-2),
+    tolerance_why=_WHY,
+    chips=("v7x",),
+    interpret_chip="v7x",
+    interpret_xfail=_XFAIL,
+)
+
 CASES = [
-    Case(
+    _case(
         id="mla/decode-b4-kv37-h8",
         call=lambda get: _call(get, num_kv_pages_per_block=2, num_queries_per_block=1),
         inputs=lambda: _inputs(0, q_len=1, kv_len=37, batch=4),
-        reference=_reference,
-        compare=_compare,
-        tolerance=(3e-2, 3e-2),
-        tolerance_why=_WHY,
-        chips=("v7x",),
-        interpret_chip="v7x",
-        interpret_xfail=_XFAIL,
     ),
-    Case(
+    _case(
         id="mla/prefill-b2-q8-kv40-h8",
         call=lambda get: _call(get, num_kv_pages_per_block=2, num_queries_per_block=4),
         inputs=lambda: _inputs(1, q_len=8, kv_len=40, batch=2),
-        reference=_reference,
-        compare=_compare,
-        tolerance=(3e-2, 3e-2),
-        tolerance_why=_WHY,
-        chips=("v7x",),
-        interpret_chip="v7x",
-        interpret_xfail=_XFAIL,
     ),
 ]

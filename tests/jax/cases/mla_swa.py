@@ -86,31 +86,30 @@ def _xfail(transform: str) -> str:
 
 
 # Upstream supports MLA-SWA on TPU7x only (`supported_on`: generation >= 7; its tests skip unless device is TPU7x).
+# What every case below shares.
+_case = functools.partial(
+    Case,
+    compare=_compare,
+    tolerance=(3e-2, 3e-2),
+    tolerance_why=_WHY,
+    chips=("v7x",),
+    interpret_chip="v7x",
+    interpret_xfail=_xfail("BitcastTransform"),
+)
+
 CASES = [
-    Case(
+    _case(
         id="mla_swa/mixed-2decode-2prefill-w16-h8",
         # bkv = 2 pages = 32 tokens >= window: decode goes to the batched-decode kernel, the rest to the mixed kernel.
         call=lambda get: _call(get, sliding_window=16, num_kv_pages_per_block=2, num_queries_per_block=(1, 8, 8)),
         inputs=lambda: _inputs(0, q_lens=[1, 1, 7, 12], ctx_lens=[20, 5, 30, 9], num_decode=2),
         reference=lambda get: _reference(get, 16),
-        compare=_compare,
-        tolerance=(3e-2, 3e-2),
-        tolerance_why=_WHY,
-        chips=("v7x",),
-        interpret_chip="v7x",
-        interpret_xfail=_xfail("BitcastTransform"),
     ),
-    Case(
+    _case(
         id="mla_swa/decode-w32-bkv16-h8-int32cache",
         # bkv = 1 page = 16 tokens < window 32: decode goes to the flash (DECODE) kernel, over several kv blocks.
         call=lambda get: _call(get, sliding_window=32, num_kv_pages_per_block=1, num_queries_per_block=1),
         inputs=lambda: _inputs(1, q_lens=[1, 1, 1], ctx_lens=[39, 6, 100], num_decode=3, int32_cache=True),
         reference=lambda get: _reference(get, 32),
-        compare=_compare,
-        tolerance=(3e-2, 3e-2),
-        tolerance_why=_WHY,
-        chips=("v7x",),
-        interpret_chip="v7x",
-        interpret_xfail=_xfail("BitcastTransform"),
     ),
 ]
