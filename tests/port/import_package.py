@@ -1,7 +1,8 @@
 """Run by test_minimal_envs in a venv holding only JAX: `python import_package.py PACKAGE_DIR`.
 
-Loads the kernel package under a name that is not `tokamax`, with upstream's dropped
-dependencies blocked, imports every kernel module and prints what happened as JSON.
+Loads the kernel package under a name that is not `tokamax`, with upstream's dropped dependencies
+blocked, imports every kernel module and every public op (upstream's Op layer), and prints what
+happened as JSON.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ def main(package_dir: Path) -> int:
     sys.modules["kernel_under_test"] = module
     spec.loader.exec_module(module)
     imported = [getattr(module, name).__name__ for name in module.KERNEL_MODULES]
+    public = [name for name in module.ops.__all__ if getattr(module.ops, name) is not None]  # upstream's Op layer
     import jax
 
     print(json.dumps({"python": "{}.{}".format(*sys.version_info[:2]), "jax": jax.__version__, "imported": imported,
+                      "public": public,
                       "dropped_loaded": importguard.loaded()}))
     return 0
 

@@ -70,12 +70,13 @@ def test_offline_dir_mode_gives_the_same_tree(artifact_paths, tokamax_source, tm
         p: d for p, d in online.tree.items() if p != "PROVENANCE.json"}
 
 
-def test_injected_pydantic_import_fails_naming_op_file_and_pattern(source_copy, capsys, tmp_path):
+def test_injected_dependency_import_fails_naming_op_file_and_pattern(source_copy, capsys, tmp_path):
+    """pydantic, jaxtyping and absl are pointed at our stand-ins; any other dropped package stops the port."""
     reference = source_copy / "tokamax/_src/ops/topk/reference.py"
-    edit(reference, "import functools\n", "import functools\nimport pydantic\n")
+    edit(reference, "import functools\n", "import functools\nimport einshape\n")
     code, err = _port(tmp_path, "--dir", f"tokamax={source_copy}", capsys=capsys)
     assert code == 1
-    assert "`expect`" in err and "`pydantic`" in err
+    assert "`expect`" in err and "`einshape`" in err
     assert "_src/ops/topk/reference.py:" in err
 
 

@@ -33,6 +33,8 @@ _SCHEMA: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "remap_module": (frozenset({"in", "from", "to"}), frozenset()),
     "relativize_imports": (frozenset({"in", "package_root"}), frozenset()),
     "ensure_init": (frozenset({"under"}), frozenset()),
+    "strip_type_params": (frozenset({"in"}), frozenset()),
+    "compact_autotuning": (frozenset({"in"}), frozenset()),
 }
 _INTS = frozenset({"count"})
 ARTIFACT_OPS = frozenset({"source", "vendor"})

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from . import imports
+from . import imports, tables, typeparams
 from .errors import PortError
 from .globs import matches, split_patterns
 from .recipe import Step
@@ -162,6 +162,27 @@ def op_remap_module(tree: Tree, step: Step, artifacts: Artifacts, recipe_dir: Pa
 def op_relativize_imports(tree: Tree, step: Step, artifacts: Artifacts, recipe_dir: Path) -> Tree:
     root = step.props["package_root"]
     return _rewrite_py(tree, step, lambda text, p: imports.relativize(text, p, root))
+
+
+def op_strip_type_params(tree: Tree, step: Step, artifacts: Artifacts, recipe_dir: Path) -> Tree:
+    out = dict(tree)
+    total = 0
+    for p in _select(tree, step, step.props["in"], suffix=".py"):
+        out[p], n = typeparams.strip_type_params(tree[p], p)
+        total += n
+    if total == 0:
+        raise PortError(f"{step.where()}: found no PEP 695 syntax; upstream changed, review the recipe")
+    return out
+
+
+def op_compact_autotuning(tree: Tree, step: Step, artifacts: Artifacts, recipe_dir: Path) -> Tree:
+    out = dict(tree)
+    for p in _select(tree, step, step.props["in"], suffix=".json"):
+        try:
+            out[p] = tables.compact(tree[p])
+        except (ValueError, KeyError, TypeError) as e:
+            raise PortError(f"{step.where()}: {p}: not an autotuning table as upstream writes them: {e}") from e
+    return out
 
 
 def op_ensure_init(tree: Tree, step: Step, artifacts: Artifacts, recipe_dir: Path) -> Tree:

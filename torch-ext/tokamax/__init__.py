@@ -1,7 +1,8 @@
 """kernels-community/tokamax: Tokamax 0.0.17's Pallas Mosaic TPU kernels, needing only JAX.
 
 Loading this package imports nothing heavy; each kernel module (and JAX with it) is imported on
-first use, e.g. `tokamax.ragged_dot.gmm(...)`; Torch users call `tokamax.torch_ops.gmm(...)` on
+first use, e.g. `tokamax.ragged_dot.gmm(...)`; upstream's public ops with their config choice and
+backward passes are in `tokamax.ops` (`tokamax.ops.ragged_dot(...)`); Torch users call `tokamax.torch_ops.gmm(...)` on
 Torch tensors. The kernel modules are generated at build time
 by the port (tools/porter) into `_ported/`; everything else here is hand-written.
 """
@@ -42,9 +43,10 @@ KERNEL_MODULES = (
     "topk",
 )
 
-# Our modules, also loaded on first use: running the kernels on a CPU host (emulation.py) and
-# the Torch ops (torch_ops.py, which needs torch and torch-tpu).
-HELPER_MODULES = ("emulation", "torch_ops")
+# Our modules, also loaded on first use: running the kernels on a CPU host (emulation.py), the
+# public ops with upstream's config choice (ops/) and the Torch ops (torch_ops.py, which needs
+# torch and torch-tpu).
+HELPER_MODULES = ("emulation", "ops", "torch_ops")
 
 __all__ = ["KERNEL_MODULES", "TOKAMAX_VERSION", "__version__", *KERNEL_MODULES, *HELPER_MODULES]
 

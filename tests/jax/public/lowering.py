@@ -1,0 +1,19 @@
+"""Lowering a public case for its TPU chip on this CPU host, as upstream's cross-compile does."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import jax
+
+from .cases import PublicCase
+from .normalise import normalise
+
+
+def lower_public(case: PublicCase, api: Any, emulation: ModuleType) -> str:
+    """Normalised StableHLO of `case` on its chip (upstream's `cross_compile` on, chip emulated)."""
+    with api.config.cross_compile(True), emulation.emulated_chip(case.chip):
+        with jax.sharding.use_abstract_mesh(emulation.tpu_mesh(case.chip)):
+            fn = case.build(api)
+            return normalise(jax.jit(fn).trace(*case.shape_dtypes()).lower(lowering_platforms=("tpu",)).as_text())

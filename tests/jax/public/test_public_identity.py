@@ -1,0 +1,55 @@
+"""Public-call identity: `tokamax.ops.ragged_dot` lowers to upstream's `tokamax.ragged_dot`,
+forward and through `jax.grad`, on v5e, v6e and v7x, as one whole module.
+
+Each case is lowered on both sides with upstream's cross-compile option, the same jax, the
+same emulated chip and abstract TPU mesh; `normalise.py` says what is normalised (locations,
+the Op-class path in the profiling payload) and keeps everything else, Mosaic bodies included
+by hash. Where upstream refuses a call, this kernel must refuse it with the same error.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import pytest
+
+from tests.jax.public.cases import PublicCase, all_public_cases
+from tests.jax.public.lowering import lower_public
+from tests.jax.public.normalise import mosaic_count
+
+CASES = all_public_cases()
+
+
+def _diff(ours: str, theirs: str) -> str:
+    lines = difflib.unified_diff(theirs.splitlines(), ours.splitlines(), "upstream", "ours", n=1, lineterm="")
+    return "\n".join(line[:400] for line in list(lines)[:40])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.id}@{c.chip}" for c in CASES])
+def test_public_call_lowers_to_upstreams_module(case: PublicCase, public_api, emulation, upstream_public):
+    key = f"{case.id}@{case.chip}"
+    if key in upstream_public["errors"]:
+        expected = upstream_public["errors"][key].strip().splitlines()
+        message = next(line for line in reversed(expected) if ":" in line and not line.startswith((" ", "-", "For ")))
+        with pytest.raises(Exception) as raised:
+            lower_public(case, public_api, emulation)
+        assert f"{type(raised.value).__name__}: {raised.value}" == message, "upstream refused this call differently"
+        return
+    ours, theirs = lower_public(case, public_api, emulation), upstream_public["modules"][key]
+    assert ours == theirs, f"{key}: the module differs from upstream's:\n{_diff(ours, theirs)}"
+    if not case.id.startswith("default/"):
+        assert mosaic_count(ours) >= 1, f"{key}: no Mosaic kernel in the module"
+
+
+def test_the_comparison_sees_a_different_config(public_api, emulation, upstream_public):
+    """Guard against a vacuous check: the same call with another config gives another module."""
+    import dataclasses
+
+    case = next(c for c in CASES if c.id == "mosaic/heuristic-512x256x384g4/fwd" and c.chip == "v6e")
+    retiled = public_api.RaggedDot(config=public_api.mosaic.Config(tile_m=256))
+
+    def build(api):  # noqa: ANN001, ANN202
+        return lambda lhs, rhs, sizes: api.ragged_dot(lhs, rhs, sizes, implementation=[retiled])
+
+    other = lower_public(dataclasses.replace(case, build=build), public_api, emulation)
+    assert other != upstream_public["modules"][f"{case.id}@{case.chip}"]

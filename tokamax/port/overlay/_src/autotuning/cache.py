@@ -1,0 +1,74 @@
+"""Upstream's shipped autotuning tables, read lazily and matched on the JSON form of the call.
+
+Upstream parses each table key into arguments with pydantic, re-binds them and compares the
+bound values. Without pydantic, the comparison is made on the other side of the same
+serializer: a call's bound arguments go through `spec_json` into the JSON form the tables were
+written in, and are looked up by canonical text. A table whose keys name other fields than the
+op's signature fails loudly (upstream drift), as does a config the op's config class refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..._compat import spec_json
+from .autotuner import AutotuningData
+
+DeviceKind = str
+CACHE_PATH = "data/autotuning"
+TABLES = Path(__file__).resolve().parents[2] / CACHE_PATH
+_SNAKE = re.compile(r"(?!^)([A-Z])")
+
+
+def table_path(op: Any, device_kind: str) -> Path:
+    """Where the port put `op`'s table for `device_kind` (upstream's file naming)."""
+    op_name = _SNAKE.sub(r"_\1", type(op).__name__).lower()
+    return TABLES / device_kind.lower().replace(" ", "_") / f"{op_name}.json"
+
+
+class _Table(Mapping):
+    """One device's table for one op: bound-argument keys -> AutotuningData."""
+
+    def __init__(self, op: Any, path: Path) -> None:
+        self.op, self.path = op, path
+        self._entries: dict[str, dict | None] = {}
+        if path.is_file():
+            fields = set(op._fwd_signature.parameters)
+            for key, config in json.loads(path.read_text())["entries"]:
+                if set(key) != fields:
+                    raise RuntimeError(f"{path}: a key names fields {sorted(set(key) ^ fields)} that "
+                                       f"{type(op).__name__}'s signature does not; the table and the op disagree")
+                self._entries[spec_json.canonical(key)] = config
+
+    def _data(self, config: dict | None) -> AutotuningData:
+        if config is None:
+            return AutotuningData()
+        try:
+            return AutotuningData({self.op.config_cls(**config): None})
+        except TypeError as e:
+            raise RuntimeError(f"{self.path}: config {config} does not fit {self.op.config_cls.__name__}: {e}") from e
+
+    def __getitem__(self, key: Any) -> AutotuningData:
+        return self._data(self._entries[spec_json.canonical(spec_json.to_json_value(key))])
+
+    def __iter__(self):  # noqa: ANN204 - canonical key texts
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class AutotuningCache(dict):
+    """Per device kind, the op's table; loaded on first access."""
+
+    def __init__(self, op: Any, paths: Any = (CACHE_PATH,)) -> None:
+        super().__init__()
+        self.op = op
+
+    def __missing__(self, device_kind: DeviceKind) -> _Table:
+        self[device_kind] = table = _Table(self.op, table_path(self.op, device_kind))
+        return table
