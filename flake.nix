@@ -66,19 +66,24 @@
         ps.packaging
       ]);
 
-      # The kernel source with the ported tree in place: the recipe applied to the artifacts above,
-      # checked against tokamax/port/port.lock.json like every other port run.
-      portedSource = pkgs.runCommand "tokamax-kernel-source" { nativeBuildInputs = [ portPython ]; } ''
+      # The kernel source kernel-builder builds from: the recipe applied to the artifacts above, checked
+      # against tokamax/port/port.lock.json like every other port run, then the tree kernel-builder
+      # reads (build.toml, CARD.md, kernels.lock, torch-ext/ with _ported/, tests/kernel) written by
+      # tools/bundle/source_tree.py. Nothing of upstream is in git: it exists only in this output.
+      kernelSource = pkgs.runCommand "tokamax-kernel-source" { nativeBuildInputs = [ portPython ]; } ''
         mkdir cache
         ${pkgs.lib.concatMapStringsSep "\n" (a: "cp ${a} cache/${a.name}") artifacts}
-        cp -r ${self} $out
-        chmod -R u+w $out
-        cd $out
-        PYTHONDONTWRITEBYTECODE=1 python -m tools.porter --cache "$NIX_BUILD_TOP/cache"
+        cp -r ${self} repo
+        chmod -R u+w repo
+        cd repo
+        export PYTHONDONTWRITEBYTECODE=1
+        python -m tools.porter --cache "$NIX_BUILD_TOP/cache"
+        python -m tools.bundle.source_tree "$out"
       '';
     in
     kernel-builder.lib.genKernelFlakeOutputs {
       inherit self;
-      path = portedSource;
+      # A path value (lib.fileset takes nothing else): evaluation builds kernelSource first (IFD).
+      path = import ./nix/path-of-output.nix kernelSource;
     };
 }

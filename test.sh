@@ -30,7 +30,8 @@ run_tier() {  # run_tier NAME PYTHON PYTEST-ARGS...
   "$python" -m pytest -p no:cacheprovider "${marker[@]}" --junitxml="$reports/$name.xml" "$@" || status=1
 }
 run_tier jax "$jax_python" tests --ignore=tests/torch
-TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_tier torch "$torch_python" tests/torch
+# tests/kernel (what kernel-builder's ci-test runs) also runs here, where torch is installed.
+TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_tier torch "$torch_python" tests/torch tests/kernel
 
 "$jax_python" scripts/tier_summary.py "$reports/jax.xml" "$reports/torch.xml" || status=1
 exit $status

@@ -7,12 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 
 import pytest
 from kernels._rust import Digest, DigestAlgorithm, Metadata
 
 from tests.conftest import REPO, VARIANT
 from tools.bundle.__main__ import import_check
+from tools.bundle.layout import metadata_document
 from tools.porter.tree import read_tree
 
 pytestmark = pytest.mark.kernels_ci
@@ -52,9 +54,47 @@ def test_variant_is_a_flat_copy_plus_ops_and_metadata(metadata):
     variant = read_tree(VARIANT)
     assert set(variant) - set(package) == {"_ops.py", "metadata.json"}
     assert all(variant[p] == data for p, data in package.items())
-    ops = variant["_ops.py"].decode()
-    assert f'_OPS_NAME = "{metadata.id}"' in ops and "def add_op_namespace_prefix(op_name: str) -> str:" in ops
     assert (REPO / "build/CARD.md").read_bytes() == (REPO / "CARD.md").read_bytes()
+
+
+def test_metadata_has_kernel_builders_fields_in_its_order():
+    document = json.loads((VARIANT / "metadata.json").read_text())
+    assert list(document) == ["name", "id", "version", "license", "upstream", "python-depends", "kernel-depends",
+                              "backend", "digest"]
+    assert document["backend"] == {"type": "tpu"}
+    # A kernel whose build.toml sets no upstream gets no `upstream` key (kernel-builder omits it, never null).
+    consumer = metadata_document(REPO / "tests/torch/consumer", "_tokamax_consumer_tpu_0")
+    assert "upstream" not in consumer and "source" not in consumer and None not in consumer.values()
+
+
+def _ops_module(monkeypatch, *, tpu: bool = False, cuda: str | None = None) -> dict:
+    """Runs build/torch-tpu/_ops.py against a stand-in torch in the given state; returns its globals."""
+    backends = types.SimpleNamespace(mps=types.SimpleNamespace(is_available=lambda: False))
+    if tpu:
+        backends.tpu = types.ModuleType("torch.backends.tpu")
+    torch = types.ModuleType("torch")
+    torch.backends, torch.version = backends, types.SimpleNamespace(cuda=cuda, hip=None)
+    torch.ops = _OpNamespaces()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    namespace: dict = {}
+    exec(compile((VARIANT / "_ops.py").read_text(), "_ops.py", "exec"), namespace)
+    return namespace
+
+
+class _OpNamespaces:
+    """Stands for `torch.ops`: any namespace, named by a string."""
+
+    def __getattr__(self, name: str) -> str:
+        return f"torch.ops.{name}"
+
+
+@pytest.mark.parametrize(("state", "backend"), [({"tpu": True}, "tpu"), ({}, "cpu"), ({"cuda": "12.8"}, "cuda")])
+def test_ops_module_names_the_backend_it_runs_on_as_kernel_builders_does(metadata, monkeypatch, state, backend):
+    ops = _ops_module(monkeypatch, **state)
+    build_id = metadata.id.removeprefix("_tokamax_tpu_")
+    namespace = f"_tokamax_{backend}_{build_id}"
+    assert ops["get_backend"]() == backend and ops["_OPS_NAME"] == namespace
+    assert ops["ops"] == f"torch.ops.{namespace}" and ops["add_op_namespace_prefix"]("gmm") == f"{namespace}::gmm"
 
 
 def _load(mode: str, **env: str) -> dict:

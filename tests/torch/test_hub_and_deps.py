@@ -3,11 +3,14 @@
 The consumer (tests/torch/consumer) is built here like the real kernel (tools/bundle's layout),
 with `kernel-depends = [{ repo-id = "kernels-community/tokamax", version = 1 }]`. The Hub cache is
 laid out as huggingface_hub lays it: refs/v1 naming a commit, the files under snapshots/<commit>.
-Each load runs in a fresh interpreter (tests/torch/kernel_loader.py).
+Each load runs in a fresh interpreter (tests/torch/kernel_loader.py). The consumer's lock pins a
+commit of that cache with its Nix hash; it is read as `kernels` and as kernel-builder's Nix lock
+reader read it (tests/torch/nix/kernel_deps.nix, evaluated with Debian's nix-bin).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -17,14 +20,25 @@ import sys
 from pathlib import Path
 
 import pytest
-from kernels._rust import KernelDependency, KernelLock, KernelLocks, KernelVersion, Metadata
+from kernels._rust import (
+    KernelDependency,
+    KernelLock,
+    KernelLocks,
+    KernelVersion,
+    Metadata,
+    NixKernelLock,
+    NixKernelLocks,
+)
 
 from tests.conftest import REPO, VARIANT
+from tests.nix_tools import FLAKES, nix_eval, nix_string, nix_tool
 from tools.bundle.layout import lay_out
 
 CONSUMER = REPO / "tests/torch/consumer"
 LOADER = REPO / "tests/torch/kernel_loader.py"
 REPO_DIR = "kernels--kernels-community--tokamax"  # huggingface_hub's folder for a kernel repo
+KERNEL_DEPS_NIX = REPO / "tests/torch/nix/kernel_deps.nix"
+TOKAMAX_V1 = KernelDependency(repo_id="kernels-community/tokamax", version=KernelVersion.Version(1))
 
 
 def _run(*args: str, **env: str) -> dict:
@@ -90,10 +104,57 @@ def test_offline_hub_loads_on_a_tpu_host(hub_cache, our_id):
     assert report["name"] == our_id and f"/snapshots/{hub_cache['newer']}/" in report["file"]
 
 
-def test_a_consumer_lock_pins_the_commit_it_names(hub_cache, tmp_path, our_id):
-    dependency = KernelDependency(repo_id="kernels-community/tokamax", version=KernelVersion.Version(1))
+@pytest.fixture(scope="module")
+def consumer_lock(hub_cache, tmp_path_factory) -> Path:
+    """The consumer's kernels.lock as kernel-builder's lock tools write it: tokamax v1 pinned to the
+    older commit (`kernels lock`), with the NAR hash of that commit's snapshot (lock-hashes, which
+    runs the same `nix hash path`)."""
+    snapshot = Path(hub_cache["cache"]) / REPO_DIR / "snapshots" / hub_cache["older"]
+    hashed = subprocess.run([nix_tool("nix"), *FLAKES, "hash", "path", "--type", "sha256", "--sri", str(snapshot)],
+                            capture_output=True, text=True)
+    assert hashed.returncode == 0, hashed.stderr
+    locks = NixKernelLocks(locks={TOKAMAX_V1: NixKernelLock(hub_cache["older"], hashed.stdout.strip())})
+    consumer = tmp_path_factory.mktemp("consumer-locked") / "consumer"
+    shutil.copytree(CONSUMER, consumer)
+    (consumer / "kernels.lock").write_text(locks.to_json() + "\n")
+    return consumer / "kernels.lock"
+
+
+def _read_with_kernel_builders_reader(lock: Path, hub_cache: dict):
+    expression = (f"import {nix_string(str(KERNEL_DEPS_NIX))} "
+                  f"{{ lockFile = {nix_string(str(lock))}; hubCache = {nix_string(hub_cache['cache'])}; }}")
+    return nix_eval(expression)
+
+
+def test_the_consumer_lock_is_read_by_kernels_and_by_kernel_builders_nix_reader(consumer_lock, hub_cache):
+    locks = NixKernelLocks.from_json(consumer_lock.read_text())  # kernels' own type for Nix locks
+    assert [(d, lock.commit) for d, lock in locks.items()] == [(TOKAMAX_V1, hub_cache["older"])]
+    result = _read_with_kernel_builders_reader(consumer_lock, hub_cache)
+    assert result.returncode == 0, result.stderr  # the hash is the snapshot's: Nix accepts the fetch
+    [entry] = json.loads(result.stdout)
+    assert entry["dependency"] == {"repo-id": "kernels-community/tokamax", "version": 1}
+    assert entry["path"].startswith("/nix/store/") and entry["path"].endswith(hub_cache["older"])
+
+
+def test_kernel_builders_nix_reader_refuses_a_hash_that_is_not_the_snapshots(consumer_lock, hub_cache, tmp_path):
+    document = json.loads(consumer_lock.read_text())
+    empty = "sha256-" + base64.b64encode(hashlib.sha256(b"").digest()).decode()  # a valid hash of other content
+    document[0]["lock"]["hash"] = empty
+    wrong = tmp_path / "kernels.lock"
+    wrong.write_text(json.dumps(document))
+    result = _read_with_kernel_builders_reader(wrong, hub_cache)
+    assert result.returncode != 0 and "mismatch" in result.stderr, result.stderr
+
+
+def test_kernels_loads_the_commit_the_consumer_lock_pins(consumer_lock, hub_cache, tmp_path, our_id):
+    text = consumer_lock.read_text()
+    # kernels 0.17.2 reads commit-only locks (`KernelLocks`, what `kernels lock` writes) and refuses the
+    # Nix lock's `hash` there; load_kernel gets the same pin in that form.
+    with pytest.raises(ValueError, match="unknown field `hash`"):
+        KernelLocks.from_json(text)
+    pins = {dep: KernelLock(lock.commit) for dep, lock in NixKernelLocks.from_json(text).items()}
     lock = tmp_path / "kernels.lock"
-    lock.write_text(KernelLocks(locks={dependency: KernelLock(hub_cache["older"])}).to_json() + "\n")
+    lock.write_text(KernelLocks(locks=pins).to_json() + "\n")
     report = _run("hub", "--tpu-host", "--lockfile", str(lock), **_offline(hub_cache))
     assert report["loaded"], report.get("error")
     assert f"/snapshots/{hub_cache['older']}/" in report["file"]

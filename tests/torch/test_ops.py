@@ -6,6 +6,8 @@ DLPack does not copy, and bad calls fail in the op's own words.
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -30,10 +32,13 @@ def _ragged_reference(lhs: torch.Tensor, rhs: torch.Tensor, sizes: list[int]) ->
 
 @pytest.mark.kernels_ci
 def test_ops_live_in_this_builds_namespace(tokamax, ops):
-    namespace = tokamax.__name__  # metadata id, e.g. _tokamax_tpu_<content hash>
-    assert namespace.startswith("_tokamax_tpu_")
+    # As kernel-builder's noarch _ops.py: _tokamax_<backend torch runs on>_<this build's id>. The kernel's
+    # module name (its metadata id) always says tpu; on this CPU host the namespace says cpu.
+    names = importlib.import_module(f"{tokamax.__name__}._ops")
+    build_id = tokamax.__name__.removeprefix("_tokamax_tpu_")
+    assert names._OPS_NAME == f"_tokamax_{names.get_backend()}_{build_id}" and build_id != tokamax.__name__
     for op in (ops.gmm_op, ops.tgmm_op, ops.splash_op, ops.gmm_v2_op):
-        assert op._qualname.split("::")[0] == namespace
+        assert op._qualname.split("::")[0] == names._OPS_NAME
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
