@@ -1,4 +1,4 @@
-"""All benchmarks in one run, side by side: load time, footprint, port time, bridge overhead, test tiers.
+"""All benchmarks in one run, side by side: load, footprint, port, bridge, config choice, test tiers.
 
     ./bench.sh [--runs 9] [--json build/benchmarks.json]
 
@@ -93,6 +93,15 @@ def bridge(torch_python: str, calls: int) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
+def selection(jax_python: str, rounds: int) -> dict:
+    """Trace-time cost of upstream's config choice (public op vs raw kernel), in milliseconds."""
+    result = subprocess.run([jax_python, str(PROBES / "selection_cost.py"), str(VARIANT), str(rounds)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"selection probe failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def _env() -> dict:
     import os
 
@@ -131,6 +140,11 @@ def table(results: dict) -> str:
         ("port, cold cache (pip fetches 3 artifacts)", f"{port['port_cold']['median_s']:.2f} s",
          f"{port['port_cold']['min_s']:.2f}–{port['port_cold']['max_s']:.2f} s"),
     ]
+    sel = results["selection"]
+    rows.append(("trace ops.ragged_dot vs raw gmm (v6e, Mixtral table key)",
+                 f"{sel['public'] - sel['raw']:+.1f} ms", f"{sel['public']:.1f} vs {sel['raw']:.1f} ms per trace"))
+    rows.append(("first public call: import Op layer / read table + trace", f"{sel['import_ops']:.0f} ms",
+                 f"then {sel['first_public']:.0f} ms"))
     for size in ("small", "large"):
         b = br[size]
         rows.append((f"bridge on CPU, {b['mib']:.2f} MiB input: Torch op vs jitted JAX",
@@ -149,6 +163,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=9, help="cold processes per contender")
     parser.add_argument("--port-runs", type=int, default=7)
     parser.add_argument("--bridge-calls", type=int, default=200)
+    parser.add_argument("--selection-rounds", type=int, default=21)
     parser.add_argument("--json", type=Path, default=REPO / "build/benchmarks.json")
     args = parser.parse_args()
     if not (VARIANT / "metadata.json").exists():
@@ -162,6 +177,7 @@ def main() -> int:
         "footprint": footprint(pythons["upstream"]),
         "port": bench_port.measure(args.port_runs, 1),
         "bridge": bridge(pythons["torch-tier"], args.bridge_calls),
+        "selection": selection(pythons["jax-tier"], args.selection_rounds),
         "test_tiers": test_tiers(),
     }
     print(f"Benchmarks, {results['date']}, {results['machine']}\n")
