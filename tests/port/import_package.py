@@ -26,7 +26,10 @@ def main(package_dir: Path) -> int:
     sys.modules["kernel_under_test"] = module
     spec.loader.exec_module(module)
     imported = [getattr(module, name).__name__ for name in module.KERNEL_MODULES]
-    public = [name for name in module.ops.__all__ if getattr(module.ops, name) is not None]  # upstream's Op layer
+    public = []  # upstream's Op layer: every name of every public namespace
+    for prefix, namespace in (("", module.ops), ("tpu.", module.ops.tpu), ("experimental.", module.ops.experimental),
+                              ("experimental.tpu.", module.ops.experimental.tpu)):
+        public += [prefix + name for name in namespace.__all__ if getattr(namespace, name) is not None]
     import jax
 
     print(json.dumps({"python": "{}.{}".format(*sys.version_info[:2]), "jax": jax.__version__, "imported": imported,

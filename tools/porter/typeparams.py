@@ -70,6 +70,19 @@ def _insert_point(tree: ast.Module, starts: list[int]) -> int:
     return point
 
 
+def _module_type_vars(tree: ast.Module) -> set[str]:
+    """Names the module binds to `TypeVar(...)`, `ParamSpec(...)` or `TypeVarTuple(...)` itself."""
+    kinds = ("TypeVar", "ParamSpec", "TypeVarTuple")
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            fn = node.value.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+            if name in kinds:
+                out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return out
+
+
 def strip_type_params(text: bytes, path: str) -> tuple[bytes, int]:
     """`text` with PEP 695 syntax rewritten; returns the new text and how many sites changed."""
     try:
@@ -79,6 +92,8 @@ def strip_type_params(text: bytes, path: str) -> tuple[bytes, int]:
     starts = _offsets(text)
     top_names = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     top_names |= {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    declared = _module_type_vars(tree)  # `T = TypeVar("T")` already there: reused, not declared again
+    top_names -= declared
     edits: list[tuple[int, int, bytes]] = []
     decls: dict[str, str] = {}
 
@@ -109,6 +124,8 @@ def strip_type_params(text: bytes, path: str) -> tuple[bytes, int]:
             continue
         for p in params:
             name, decl = _param_decl(p)
+            if name in declared:
+                continue
             if name in top_names:
                 raise PortError(f"{path}:{node.lineno}: type parameter `{name}` shadows a module-level name")
             if decls.setdefault(name, decl) != decl:

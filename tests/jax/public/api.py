@@ -1,47 +1,37 @@
-"""The public surface a case calls, on either side: upstream's `tokamax` or this kernel's `ops`."""
+"""The public surface a case calls, on either side: upstream's `tokamax` or this kernel.
+
+Both have the same layout: `ops` (`ragged_dot`, `tpu.RaggedDot`, `experimental.splash_attention`,
+...), `ops.config`, and the modules below the package root by upstream path (`_src.ops...`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
 class PublicApi:
-    """What the cases call: the public ops, the config options, qwix, and the Op classes."""
+    """What the cases call: the public namespace, its options, and modules by upstream path."""
 
-    ragged_dot: Any
-    ragged_dot_general: Any
+    ops: Any
     config: Any
-    qwix: Any
-    AsQArray: Any
-    RaggedDot: Any
-    V2RaggedDot: Any
-    mosaic: Any  # the pallas_mosaic_tpu implementation module (for its dimension numbers)
-    cache_adapter: Any = None  # upstream only: parses a table key as upstream's cache does
+    module: Callable[[str], ModuleType]  # "_src.ops.ragged_dot.base" -> that module on this side
+    cache_adapter: Any = None  # upstream only: parses a table file as upstream's cache does
 
 
 def upstream() -> PublicApi:
-    import qwix
-    from tokamax._src import quantization
     from tokamax._src.autotuning import cache
-    from tokamax._src.ops.ragged_dot import pallas_mosaic_tpu as v1
-    from tokamax._src.ops.ragged_dot import pallas_mosaic_tpu_v2 as v2
 
     import tokamax
 
-    return PublicApi(tokamax.ragged_dot, tokamax.ragged_dot_general, tokamax.config, qwix, quantization.AsQArray,
-                     v1.PallasMosaicTpuRaggedDot, v2.PallasMosaicTpuV2RaggedDot, v1,
+    return PublicApi(tokamax.ops, tokamax.config, lambda path: importlib.import_module(f"tokamax.{path}"),
                      cache_adapter=cache._get_cache_adapter)
 
 
 def ours(kernel: ModuleType) -> PublicApi:
-    ops = kernel.ops
-    src = f"{kernel.__name__}._ported._src"
-    qwix = importlib.import_module(f"{kernel.__name__}._ported._vendor.qwix")
-    quantization = importlib.import_module(f"{src}.quantization")
-    v1 = importlib.import_module(f"{src}.ops.ragged_dot.pallas_mosaic_tpu")
-    return PublicApi(ops.ragged_dot, ops.ragged_dot_general, ops.config, qwix, quantization.AsQArray,
-                     ops.RaggedDot, ops.V2RaggedDot, v1)
+    root = f"{kernel.__name__}._ported"
+    return PublicApi(kernel.ops, kernel.ops.config, lambda path: importlib.import_module(f"{root}.{path}"))

@@ -1,13 +1,13 @@
-"""Public ragged-dot calls on every chip: exact table keys, heuristic cases, odd sizes, quantized
-operands, each forward and through `jax.grad`.
+"""The public calls both sides lower, and the tables both sides choose configs from.
 
-Table keys are taken from the ported compact tables themselves (the same files on both sides),
-so each chip's cases include calls that hit upstream's tuned entries.
+A `PublicCase` is one call on one chip; `TABLES` names every shipped table the selection test
+walks, with the Op that reads it and the parser that turns its keys back into arguments.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -16,11 +16,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-TABLES = Path(__file__).resolve().parents[3] / "torch-ext/tokamax/_ported/data/autotuning"
+PORTED_TABLES = Path(__file__).resolve().parents[3] / "torch-ext/tokamax/_ported/data/autotuning"
 CHIPS = {"v5e": "tpu_v5_lite", "v6e": "tpu_v6_lite", "v7x": "tpu7x"}
-IMPLEMENTATIONS = {"mosaic": "pallas_mosaic_tpu_ragged_dot", "mosaic_tpu_v2": "pallas_mosaic_tpu_v2_ragged_dot"}
-DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32}
-TABLE_KEYS_PER_CHIP = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,83 +33,38 @@ class PublicCase:
         return [jax.ShapeDtypeStruct(shape, jnp.dtype(dtype)) for shape, dtype in self.specs]
 
 
-def _specs(m: int, k: int, n: int, g: int, dtype: str) -> tuple[tuple[tuple[int, ...], str], ...]:
-    name = jnp.dtype(DTYPES[dtype]).name
-    return (((m, k), name), ((g, k, n), name), ((g,), "int32"))
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """A shipped autotuning table: its file stem, the Op class reading it, and its key parser."""
+
+    id: str
+    stem: str  # e.g. "pallas_mosaic_tpu_ragged_dot"
+    op: Callable[[Any], Any]  # api -> an Op instance
+    arguments: Callable[[dict, Any], dict]  # (key, api) -> bind kwargs
+
+    def chips(self) -> list[str]:
+        return [chip for chip, device in CHIPS.items() if (PORTED_TABLES / device / f"{self.stem}.json").exists()]
+
+    def entries(self, chip: str) -> list[list]:
+        return json.loads((PORTED_TABLES / CHIPS[chip] / f"{self.stem}.json").read_text())["entries"]
 
 
-def _forward(implementation: str, **kw: Any) -> Callable[[Any], Callable[..., Any]]:
-    def build(api: Any) -> Callable[..., Any]:
-        return lambda lhs, rhs, sizes: api.ragged_dot(lhs, rhs, sizes, implementation=implementation, **kw)
-    return build
+def config_fields(config: Any) -> dict:
+    """A config's fields as JSON values; enums as `Type.NAME`, so an int where an enum belongs differs."""
+    return {k: f"{type(v).__name__}.{v.name}" if isinstance(v, enum.Enum) else v
+            for k, v in dataclasses.asdict(config).items()}
 
 
-def _grad(implementation: str, **kw: Any) -> Callable[[Any], Callable[..., Any]]:
-    """Gradients of a loss that uses the output's values (so the forward kernel runs too)."""
-    def build(api: Any) -> Callable[..., Any]:
-        def loss(lhs: Any, rhs: Any, sizes: Any) -> Any:
-            out = api.ragged_dot(lhs, rhs, sizes, implementation=implementation, **kw)
-            return jnp.sum(jnp.square(out.astype(jnp.float32)))
-        return jax.grad(loss, argnums=(0, 1))
-    return build
+def all_public_cases() -> list[PublicCase]:
+    from . import ragged_dot_cases, splash_cases
 
-
-def _quantized(form: str) -> Callable[[Any], Callable[..., Any]]:
-    def build(api: Any) -> Callable[..., Any]:
-        def fn(lhs: Any, rhs: Any, sizes: Any) -> Any:
-            if form == "QArray":
-                rhs = api.qwix.quantize(rhs, jnp.int8, channelwise_axes=(0, 2))
-            else:
-                rhs = api.AsQArray(rhs, jnp.int8, channelwise_axes=(0, 2))
-            return api.ragged_dot(lhs, rhs, sizes, implementation="mosaic")
-        return fn
-    return build
-
-
-def table_keys(chip: str, implementation: str) -> list[dict]:
-    """Keys of plain forward calls with a tuned entry, in table order (first few)."""
-    path = TABLES / CHIPS[chip] / f"{IMPLEMENTATIONS[implementation]}.json"
-    picked = []
-    for key, config in json.loads(path.read_text())["entries"]:
-        plain = (key["ragged_dot_dimension_numbers"]["dot_dimension_numbers"] == [[[1], [1]], [[], []]]
-                 and key["precision"] == ["DEFAULT", "DEFAULT"] and key["preferred_element_type"] is None
-                 and key["activation"] is None and key["manual_axis_type"] is None
-                 and not key["return_residuals"] and isinstance(key["group_sizes"], dict)
-                 and key["lhs"].startswith(("bf16[", "f32[")) and key["rhs"][:4] == key["lhs"][:4])
-        if config is not None and plain and len(picked) < TABLE_KEYS_PER_CHIP:
-            picked.append(key)
-    return picked
-
-
-def _dims(shape: str) -> list[int]:
-    return [int(d) for d in shape[shape.index("[") + 1 : -1].split(",")]
-
-
-def _cases() -> list[PublicCase]:
-    out: list[PublicCase] = []
-    for chip in CHIPS:
-        for impl in IMPLEMENTATIONS:
-            calls = []
-            for key in table_keys(chip, impl):
-                (m, k), (g, _, n) = _dims(key["lhs"]), _dims(key["rhs"])
-                if key["group_sizes"]["total_size"] == m:
-                    calls.append((f"table-{m}x{k}x{n}g{g}", _specs(m, k, n, g, key["lhs"][: key["lhs"].index("[")])))
-            calls.append(("heuristic-512x256x384g4", _specs(512, 256, 384, 4, "bf16")))
-            calls.append(("odd-200x136x264g3", _specs(200, 136, 264, 3, "f32")))
-            for name, specs in calls:
-                out.append(PublicCase(f"{impl}/{name}/fwd", chip, specs, _forward(impl)))
-                out.append(PublicCase(f"{impl}/{name}/grad", chip, specs, _grad(impl)))
-        # implementation=None: the Mosaic kernel refuses m=200 on v5e/v6e and upstream falls back to XLA.
-        out.append(PublicCase("default/odd-200x136x264g3/fwd", chip, _specs(200, 136, 264, 3, "f32"), _forward(None)))
-        out.append(PublicCase("mosaic/heuristic-256x256x512g4/f32-out/fwd", chip, _specs(256, 256, 512, 4, "bf16"),
-                              _forward("mosaic", preferred_element_type=jnp.float32)))
-        for form in ("QArray", "AsQArray"):
-            out.append(PublicCase(f"mosaic/int8-rhs-{form}/fwd", chip, _specs(256, 256, 256, 4, "bf16"),
-                                  _quantized(form)))
+    out = ragged_dot_cases.cases() + splash_cases.cases()
     ids = [f"{c.id}@{c.chip}" for c in out]
     assert len(ids) == len(set(ids)), "duplicate public case ids"
     return out
 
 
-def all_public_cases() -> list[PublicCase]:
-    return _cases()
+def all_tables() -> list[Table]:
+    from . import ragged_dot_cases, splash_cases
+
+    return ragged_dot_cases.TABLES + splash_cases.TABLES

@@ -70,7 +70,7 @@ def test_values_and_gradients(kernel, emulation, implementation, relu):
 def test_a_caller_config_is_used(kernel, emulation):
     """`RaggedDot(config=...)` as an implementation runs that tiling (and still computes the product)."""
     lhs, rhs, dout = _operands()
-    op = kernel.ops.RaggedDot(config=kernel.ops.RaggedDotConfig(tile_m=128, tile_k=128, tile_n=256))
+    op = kernel.ops.tpu.RaggedDot(config=kernel.ops.tpu.RaggedDotConfig(tile_m=128, tile_k=128, tile_n=256))
     with emulation.interpret_on_cpu("v6e"):
         out = jax.jit(lambda a, b: kernel.ops.ragged_dot(a, b, jnp.asarray(SIZES), implementation=[op],
                                                          precision=jax.lax.Precision.HIGHEST))(lhs, rhs)

@@ -1,42 +1,38 @@
-"""Config choice: for every key of upstream's shipped ragged-dot tables (v1 and v2) on every chip,
-this kernel's Op chooses the config upstream's Op chooses.
+"""Config choice: for every key of every upstream table this kernel ships (ragged dot v1 and v2,
+splash forward and VJP), on every chip that has one, this kernel's Op chooses upstream's config.
 
 Upstream parses its own table files with its own cache code (pydantic); here each key is turned
-back into call arguments (`keys.py`) and bound as a call would be, so the whole path is checked:
-arguments -> bound key -> JSON form -> compact table -> fastest config, or the heuristics.
+back into call arguments (`*_keys.py`, `splash_cases.py`) and bound as a call would be, so the
+whole path is checked: arguments -> bound key -> JSON form -> compact table -> fastest config, or
+the heuristics when the entry is empty.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-
 import jax
 import pytest
 
-from tests.jax.public.cases import CHIPS, IMPLEMENTATIONS
-from tests.jax.public.keys import ragged_dot_arguments
+from tests.jax.public.cases import all_tables, config_fields
 
-TABLES = [f"{impl}@{chip}" for chip in CHIPS for impl in IMPLEMENTATIONS]
+TABLES = [(table, chip) for table in all_tables() for chip in table.chips()]
 
 
 @pytest.mark.kernels_ci
-@pytest.mark.parametrize("table", TABLES)
-def test_every_table_key_chooses_upstreams_config(table: str, kernel, public_api, emulation, upstream_public):
-    impl, chip = table.split("@")
-    rows = upstream_public["selection"][table]
-    assert rows, f"upstream has no {table} table"
-    op = (public_api.RaggedDot if impl == "mosaic" else public_api.V2RaggedDot)()
-    group_sizes_cls = importlib.import_module(f"{kernel.__name__}._ported._src.ops.ragged_dot.base").GroupSizes
+@pytest.mark.parametrize(("table", "chip"), TABLES, ids=[f"{t.id}@{c}" for t, c in TABLES])
+def test_every_table_key_chooses_upstreams_config(table, chip, public_api, emulation, upstream_public):
+    rows = upstream_public["selection"][f"{table.id}@{chip}"]
+    assert len(rows) == len(table.entries(chip)), "upstream's table and the ported one hold different keys"
+    op = table.op(public_api)
     wrong = []
     with public_api.config.cross_compile(True), emulation.emulated_chip(chip), \
             jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)):
         for i, (key, theirs) in enumerate(rows):
-            assert isinstance(theirs, dict), f"upstream could not choose for key {i} of {table}: {theirs}"
-            ours = dataclasses.asdict(op.bind(**ragged_dot_arguments(key, group_sizes_cls, public_api)).default_config)
+            assert isinstance(theirs, dict), f"upstream could not choose for key {i} of {table.id}@{chip}: {theirs}"
+            ours = config_fields(op.bind(**table.arguments(key, public_api)).default_config)
             if ours != theirs:
-                wrong.append(f"key {i} {key['lhs']} x {key['rhs']}: ours {ours}, upstream {theirs}")
-    assert not wrong, f"{len(wrong)} of {len(rows)} keys of {table} choose another config:\n" + "\n".join(wrong[:10])
+                wrong.append(f"key {i} {key}: ours {ours}, upstream {theirs}")
+    assert not wrong, f"{len(wrong)} of {len(rows)} keys of {table.id}@{chip} choose another config:\n" + \
+        "\n".join(w[:600] for w in wrong[:8])
 
 
 @pytest.mark.kernels_ci
@@ -51,5 +47,5 @@ def test_tables_are_hit_not_only_heuristics(public_api, emulation):
     for chip, tiles in want.items():
         with public_api.config.cross_compile(True), emulation.emulated_chip(chip), \
                 jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)):
-            config = public_api.RaggedDot().bind(**specs).default_config
+            config = public_api.ops.tpu.RaggedDot().bind(**specs).default_config
         assert (config.tile_m, config.tile_k, config.tile_n) == tiles, chip

@@ -2,13 +2,12 @@
 
 Writes, for the tests to compare against this kernel:
 - `modules`: every public case lowered with upstream's public call, normalised;
-- `selection`: for every key of upstream's own ragged-dot tables (v1 and v2) on every chip, the
-  config upstream's Op chooses, the keys parsed by upstream's own cache code.
+- `selection`: for every key of every shipped table this kernel ports (`cases.all_tables`) on
+  every chip, the config upstream's Op chooses, the keys parsed by upstream's own cache code.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import sys
@@ -21,7 +20,7 @@ sys.path.insert(0, str(REPO))
 import jax  # noqa: E402
 
 from tests.jax.public import api as api_lib  # noqa: E402
-from tests.jax.public.cases import CHIPS, IMPLEMENTATIONS, all_public_cases  # noqa: E402
+from tests.jax.public.cases import CHIPS, all_public_cases, all_tables, config_fields  # noqa: E402
 from tests.jax.public.lowering import lower_public  # noqa: E402
 
 
@@ -35,24 +34,23 @@ def _emulation():  # noqa: ANN202 - load our standalone chip helpers by path
 def _selection(api: api_lib.PublicApi, emulation) -> dict:  # noqa: ANN001
     from importlib import resources
 
-    ops = {"mosaic": api.RaggedDot(), "mosaic_tpu_v2": api.V2RaggedDot()}
     out = {}
-    for chip, device in CHIPS.items():
-        for impl, name in IMPLEMENTATIONS.items():
-            raw = resources.files("tokamax").joinpath(f"data/autotuning/{device}/{name}.json").read_text()
+    for table in all_tables():
+        op = table.op(api)
+        for chip in table.chips():
+            raw = resources.files("tokamax").joinpath(f"data/autotuning/{CHIPS[chip]}/{table.stem}.json").read_text()
             keys = [json.loads(k) for k in json.loads(raw)]
-            parsed = list(api.cache_adapter(ops[impl]).validate_json(raw))
+            parsed = list(api.cache_adapter(op).validate_json(raw))
             assert len(parsed) == len(keys)
             rows = []
             with api.config.cross_compile(True), emulation.emulated_chip(chip), \
                     jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)):
                 for key, args in zip(keys, parsed, strict=True):
                     try:
-                        config = ops[impl].bind(**args).default_config
-                        rows.append([key, dataclasses.asdict(config)])
+                        rows.append([key, config_fields(op.bind(**args).default_config)])
                     except Exception as e:  # recorded; the test says which key
                         rows.append([key, f"error: {type(e).__name__}: {e}"])
-            out[f"{impl}@{chip}"] = rows
+            out[f"{table.id}@{chip}"] = rows
     return out
 
 

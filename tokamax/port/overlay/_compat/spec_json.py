@@ -43,7 +43,9 @@ def to_json_value(x: Any) -> Any:
     """`x` as upstream's serializer writes it (JSON-ready Python values)."""
     if x is None or isinstance(x, (bool, str)):
         return x
-    if isinstance(x, enum.Enum):
+    if isinstance(x, enum.IntEnum):  # config fields (splash's QKVLayout): pydantic dumps these by value
+        return x.value
+    if isinstance(x, enum.Enum):  # argument enums (precision): upstream dumps them by name
         return x.name
     if isinstance(x, (int, float)):
         return x

@@ -9,8 +9,11 @@ op's signature fails loudly (upstream drift), as does a config the op's config c
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import re
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,24 @@ def table_path(op: Any, device_kind: str) -> Path:
     """Where the port put `op`'s table for `device_kind` (upstream's file naming)."""
     op_name = _SNAKE.sub(r"_\1", type(op).__name__).lower()
     return TABLES / device_kind.lower().replace(" ", "_") / f"{op_name}.json"
+
+
+def _enum_type(annotation: typing.Any) -> type[enum.Enum] | None:
+    for t in (annotation, *typing.get_args(annotation)):
+        if isinstance(t, type) and issubclass(t, enum.Enum):
+            return t
+    return None
+
+
+def _with_enums(config_cls: type, values: dict) -> dict:
+    """Enum fields from their JSON form, as pydantic reads them upstream (by name or by value)."""
+    hints = typing.get_type_hints(config_cls)
+    out = dict(values)
+    for field in dataclasses.fields(config_cls):
+        kind, value = _enum_type(hints.get(field.name)), out.get(field.name)
+        if kind is not None and value is not None and not isinstance(value, kind):
+            out[field.name] = kind[value] if isinstance(value, str) else kind(value)
+    return out
 
 
 class _Table(Mapping):
@@ -48,7 +69,7 @@ class _Table(Mapping):
         if config is None:
             return AutotuningData()
         try:
-            return AutotuningData({self.op.config_cls(**config): None})
+            return AutotuningData({self.op.config_cls(**_with_enums(self.op.config_cls, config)): None})
         except TypeError as e:
             raise RuntimeError(f"{self.path}: config {config} does not fit {self.op.config_cls.__name__}: {e}") from e
 

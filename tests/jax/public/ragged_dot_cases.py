@@ -1,0 +1,107 @@
+"""Public ragged-dot calls on every chip: exact table keys, heuristic cases, odd sizes, quantized
+operands, each forward and through `jax.grad`; and the ragged-dot tables.
+
+Table keys are taken from the ported compact tables themselves (the same files on both sides),
+so each chip's cases include calls that hit upstream's tuned entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax.numpy as jnp
+
+from .cases import CHIPS, PublicCase, Table
+from .ragged_dot_keys import ragged_dot_arguments
+
+IMPLEMENTATIONS = {"mosaic": "pallas_mosaic_tpu_ragged_dot", "mosaic_tpu_v2": "pallas_mosaic_tpu_v2_ragged_dot"}
+DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32}
+TABLE_KEYS_PER_CHIP = 3
+
+TABLES = [
+    Table("ragged_dot", IMPLEMENTATIONS["mosaic"], lambda api: api.ops.tpu.RaggedDot(), ragged_dot_arguments),
+    Table("ragged_dot_v2", IMPLEMENTATIONS["mosaic_tpu_v2"], lambda api: api.ops.tpu.V2RaggedDot(),
+          ragged_dot_arguments),
+]
+
+
+def _specs(m: int, k: int, n: int, g: int, dtype: str) -> tuple[tuple[tuple[int, ...], str], ...]:
+    name = jnp.dtype(DTYPES[dtype]).name
+    return (((m, k), name), ((g, k, n), name), ((g,), "int32"))
+
+
+def _forward(implementation: str | None, **kw: Any) -> Callable[[Any], Callable[..., Any]]:
+    def build(api: Any) -> Callable[..., Any]:
+        return lambda lhs, rhs, sizes: api.ops.ragged_dot(lhs, rhs, sizes, implementation=implementation, **kw)
+    return build
+
+
+def _grad(implementation: str, **kw: Any) -> Callable[[Any], Callable[..., Any]]:
+    """Gradients of a loss that uses the output's values (so the forward kernel runs too)."""
+    def build(api: Any) -> Callable[..., Any]:
+        import jax
+
+        def loss(lhs: Any, rhs: Any, sizes: Any) -> Any:
+            out = api.ops.ragged_dot(lhs, rhs, sizes, implementation=implementation, **kw)
+            return jnp.sum(jnp.square(out.astype(jnp.float32)))
+        return jax.grad(loss, argnums=(0, 1))
+    return build
+
+
+def _quantized(form: str) -> Callable[[Any], Callable[..., Any]]:
+    def build(api: Any) -> Callable[..., Any]:
+        quantization = api.module("_src.quantization")
+
+        def fn(lhs: Any, rhs: Any, sizes: Any) -> Any:
+            if form == "QArray":
+                rhs = quantization.as_array_or_qarray(quantization.AsQArray(rhs, jnp.int8, channelwise_axes=(0, 2)))
+            else:
+                rhs = quantization.AsQArray(rhs, jnp.int8, channelwise_axes=(0, 2))
+            return api.ops.ragged_dot(lhs, rhs, sizes, implementation="mosaic")
+        return fn
+    return build
+
+
+def table_keys(chip: str, table: Table) -> list[dict]:
+    """Keys of plain forward calls with a tuned entry, in table order (first few)."""
+    picked = []
+    for key, config in table.entries(chip):
+        plain = (key["ragged_dot_dimension_numbers"]["dot_dimension_numbers"] == [[[1], [1]], [[], []]]
+                 and key["precision"] == ["DEFAULT", "DEFAULT"] and key["preferred_element_type"] is None
+                 and key["activation"] is None and key["manual_axis_type"] is None
+                 and not key["return_residuals"] and isinstance(key["group_sizes"], dict)
+                 and isinstance(key["lhs"], str) and isinstance(key["rhs"], str)
+                 and key["lhs"].startswith(("bf16[", "f32[")) and key["rhs"][:4] == key["lhs"][:4])
+        if config is not None and plain and len(picked) < TABLE_KEYS_PER_CHIP:
+            picked.append(key)
+    return picked
+
+
+def _dims(shape: str) -> list[int]:
+    return [int(d) for d in shape[shape.index("[") + 1 : -1].split(",")]
+
+
+def cases() -> list[PublicCase]:
+    out: list[PublicCase] = []
+    for chip in CHIPS:
+        for impl, table in zip(IMPLEMENTATIONS, TABLES, strict=True):
+            calls = []
+            for key in table_keys(chip, table) if chip in table.chips() else []:
+                (m, k), (g, _, n) = _dims(key["lhs"]), _dims(key["rhs"])
+                if key["group_sizes"]["total_size"] == m:
+                    calls.append((f"table-{m}x{k}x{n}g{g}", _specs(m, k, n, g, key["lhs"][: key["lhs"].index("[")])))
+            calls.append(("heuristic-512x256x384g4", _specs(512, 256, 384, 4, "bf16")))
+            calls.append(("odd-200x136x264g3", _specs(200, 136, 264, 3, "f32")))
+            for name, specs in calls:
+                out.append(PublicCase(f"ragged_dot/{impl}/{name}/fwd", chip, specs, _forward(impl)))
+                out.append(PublicCase(f"ragged_dot/{impl}/{name}/grad", chip, specs, _grad(impl)))
+        # implementation=None: the Mosaic kernel refuses m=200 on v5e/v6e and upstream falls back to XLA.
+        out.append(PublicCase("ragged_dot/default/odd-200x136x264g3/fwd", chip, _specs(200, 136, 264, 3, "f32"),
+                              _forward(None)))
+        out.append(PublicCase("ragged_dot/mosaic/heuristic-256x256x512g4/f32-out/fwd", chip,
+                              _specs(256, 256, 512, 4, "bf16"), _forward("mosaic", preferred_element_type=jnp.float32)))
+        for form in ("QArray", "AsQArray"):
+            out.append(PublicCase(f"ragged_dot/mosaic/int8-rhs-{form}/fwd", chip, _specs(256, 256, 256, 4, "bf16"),
+                                  _quantized(form)))
+    return out

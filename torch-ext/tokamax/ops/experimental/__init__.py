@@ -1,0 +1,12 @@
+"""Upstream's experimental public ops (`tokamax.ops.experimental` upstream), loaded on first use."""
+
+from __future__ import annotations
+
+from .._lazy import namespace
+
+_NAMES = {
+    "splash_attention": ("._ported._src.ops.experimental.tpu.splash_attention.api", "splash_attention"),
+    "tpu": (".ops.experimental.tpu", ""),
+}
+__all__ = sorted(_NAMES)
+__getattr__, __dir__ = namespace(__name__, _NAMES)
