@@ -37,6 +37,14 @@
           python = "py3";
           hash = "sha256-yfrNwP8w/bjjW9FlMgJsrEcqVJ4YLJT6IBtRsl5L978=";
         })
+        (ps.fetchPypi {
+          pname = "einshape";
+          version = "1.0";
+          format = "wheel";
+          dist = "py3";
+          python = "py3";
+          hash = "sha256-QtpMLeo6J/h+5Fp87lBypja5fLGEuwe/XWQSug/3uWU=";
+        })
       ];
 
       # The KDL parser the port reads its recipe with.

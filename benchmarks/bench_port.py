@@ -1,7 +1,7 @@
 """Port time: each run is a fresh `python -m tools.porter` process writing into a scratch dir.
 
 Warm: the artifact cache is already filled (the usual case). Cold: an empty cache, so pip
-fetches all three artifacts first (needs the network).
+fetches all four artifacts first (needs the network).
     python benchmarks/bench_port.py [--runs 7] [--cold-runs 1] [--json out.json]
 """
 

@@ -56,6 +56,7 @@ def test_provenance_names_recipe_artifacts_and_digest(artifact_paths):
         ("tokamax", "0.0.17", "1d20c3d6c5cae4ddf2f09245adf8b35fc5b3c26997b34a4e4b3322d597aa6271"),
         ("qwix", "0.1.8", "0f4686f7f10a1168787fac4fbaf4d9883bcb8f78a01f2ff1cd3834d39f859b12"),
         ("immutabledict", "4.3.1", "c9facdc0ff30fdb8e35bd16532026cac472a549e182c94fa201b51b25e4bf7bf"),
+        ("einshape", "1.0", "42da4c2dea3a27f87ee45a7cee5072a636b97cb184bb07bf5d6412ba0ff7b965"),
     }
 
 
@@ -71,12 +72,13 @@ def test_offline_dir_mode_gives_the_same_tree(artifact_paths, tokamax_source, tm
 
 
 def test_injected_dependency_import_fails_naming_op_file_and_pattern(source_copy, capsys, tmp_path):
-    """pydantic, jaxtyping and absl are pointed at our stand-ins; any other dropped package stops the port."""
+    """pydantic, jaxtyping and absl (stand-ins), qwix, immutabledict and einshape (vendored) are
+    remapped; any other package upstream needs stops the port."""
     reference = source_copy / "tokamax/_src/ops/topk/reference.py"
-    edit(reference, "import functools\n", "import functools\nimport einshape\n")
+    edit(reference, "import functools\n", "import functools\nimport tqdm\n")
     code, err = _port(tmp_path, "--dir", f"tokamax={source_copy}", capsys=capsys)
     assert code == 1
-    assert "`expect`" in err and "`einshape`" in err
+    assert "`expect`" in err and "`tqdm`" in err
     assert "_src/ops/topk/reference.py:" in err
 
 

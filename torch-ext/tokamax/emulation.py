@@ -11,7 +11,7 @@ the chip is always chosen explicitly, never guessed from the host:
 
 - `cpu_chip()` is the chip the Torch ops emulate for CPU tensors: `TOKAMAX_CPU_CHIP`, else "v6e".
 
-Chips: "v5e", "v6e", "v7x". JAX keeps the chip table in a private module; it is reached through
+Chips: "v5e", "v5p", "v6e", "v7x". JAX keeps the chip table in a private module; it is reached through
 the function `pltpu.get_tpu_info` itself, so that both jax 0.10 and 0.12 work.
 """
 
@@ -27,6 +27,7 @@ from types import ModuleType
 # chip -> (device kind JAX reports for it, ChipVersion member name)
 CHIPS: dict[str, tuple[str, str]] = {
     "v5e": ("TPU v5 lite", "TPU_V5E"),
+    "v5p": ("TPU v5", "TPU_V5P"),
     "v6e": ("TPU v6 lite", "TPU_V6E"),
     "v7x": ("TPU7x", "TPU_7X"),
 }

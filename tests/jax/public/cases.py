@@ -17,7 +17,9 @@ import jax
 import jax.numpy as jnp
 
 PORTED_TABLES = Path(__file__).resolve().parents[3] / "torch-ext/tokamax/_ported/data/autotuning"
-CHIPS = {"v5e": "tpu_v5_lite", "v6e": "tpu_v6_lite", "v7x": "tpu7x"}
+# chip -> upstream's table folder; v5p has tables (ragged dot, flash attention) but no call cases
+CHIPS = {"v5e": "tpu_v5_lite", "v5p": "tpu_v5", "v6e": "tpu_v6_lite", "v7x": "tpu7x"}
+CALL_CHIPS = ("v5e", "v6e", "v7x")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,15 +58,15 @@ def config_fields(config: Any) -> dict:
 
 
 def all_public_cases() -> list[PublicCase]:
-    from . import ragged_dot_cases, splash_cases
+    from . import attention_cases, ragged_dot_cases, splash_cases
 
-    out = ragged_dot_cases.cases() + splash_cases.cases()
+    out = ragged_dot_cases.cases() + splash_cases.cases() + attention_cases.cases()
     ids = [f"{c.id}@{c.chip}" for c in out]
     assert len(ids) == len(set(ids)), "duplicate public case ids"
     return out
 
 
 def all_tables() -> list[Table]:
-    from . import ragged_dot_cases, splash_cases
+    from . import attention_cases, ragged_dot_cases, splash_cases
 
-    return ragged_dot_cases.TABLES + splash_cases.TABLES
+    return ragged_dot_cases.TABLES + splash_cases.TABLES + attention_cases.TABLES

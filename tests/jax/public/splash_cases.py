@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .cases import CHIPS, PublicCase, Table
+from .cases import CALL_CHIPS, PublicCase, Table
 from .keys import shape_dtype
 
 SPLASH = "_src.ops.experimental.tpu.splash_attention"
@@ -111,7 +111,7 @@ def _table_calls(chip: str) -> list[tuple[str, tuple, dict]]:
 
 def cases() -> list[PublicCase]:
     out: list[PublicCase] = []
-    for chip in CHIPS:
+    for chip in CALL_CHIPS:
         calls = _table_calls(chip) + [
             ("heuristic-causal-h2-2048x2048x128", _specs(2, 2, 2048, 2048, 128), {"mask": "causal"}),
             ("gqa-full-h4kv2-256x512x128", _specs(4, 2, 256, 512, 128), {}),

@@ -11,6 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.jax.public.attention_reference import attention
+
 HEADS, KV_HEADS, LEN, DIM = 2, 1, 256, 128
 SPLASH = "_src.ops.experimental.tpu.splash_attention"
 
@@ -33,25 +35,6 @@ def _allowed(kind: str) -> np.ndarray:
         doc = (np.arange(LEN) >= 100).astype(np.int32)
         return (cols <= rows) & (doc[:, None] == doc[None, :])
     return np.ones((LEN, LEN), bool)
-
-
-def _reference(q, k, v, dout, allowed, cap):  # noqa: ANN001, ANN202
-    """out and d(sum(out * dout))/d(q, k, v) in float64; kv heads shared by the q heads (GQA)."""
-    q, k, v, dout = (x.astype(np.float64) for x in (q, k, v, dout))
-    k, v = np.repeat(k, HEADS // KV_HEADS, 0), np.repeat(v, HEADS // KV_HEADS, 0)
-    raw = np.einsum("hqd,hkd->hqk", q, k)
-    logits = cap * np.tanh(raw / cap) if cap else raw
-    logits = np.where(allowed, logits, -np.inf)
-    p = np.exp(logits - logits.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    out = np.einsum("hqk,hkd->hqd", p, v)
-    dp = np.einsum("hqd,hkd->hqk", dout, v)
-    dlogits = p * (dp - (dp * p).sum(-1, keepdims=True))
-    draw = dlogits * (1 - np.tanh(raw / cap) ** 2) if cap else dlogits
-    dq = np.einsum("hqk,hkd->hqd", draw, k)
-    dk = np.einsum("hqk,hqd->hkd", draw, q).reshape(KV_HEADS, -1, LEN, DIM).sum(1)
-    dv = np.einsum("hqk,hqd->hkd", p, dout).reshape(KV_HEADS, -1, LEN, DIM).sum(1)
-    return out, dq, dk, dv
 
 
 # f32 in and out, f32 softmax statistics on the kernel side; 256 keys per row: the differences
@@ -78,6 +61,6 @@ def test_values_and_gradients(kernel, emulation, kind, cap):
 
     with emulation.interpret_on_cpu("v6e"), kernel.ops.config.cross_compile(True):
         (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
-    want = _reference(q, k, v, dout, _allowed(kind), cap)
+    want = attention(q, k, v, dout, _allowed(kind), cap)
     for name, got, expected in zip(("out", "dq", "dk", "dv"), (out, *grads), want, strict=True):
         np.testing.assert_allclose(np.asarray(got), expected, err_msg=name, **TOL)

@@ -15,6 +15,8 @@ from ._lazy import namespace
 
 _SRC = "._ported._src"
 _NAMES = {
+    "dot_product_attention": (f"{_SRC}.ops.attention.api", "dot_product_attention"),
+    "DotProductAttentionImplementation": (f"{_SRC}.ops.attention.api", "Implementation"),
     "ragged_dot": (f"{_SRC}.ops.ragged_dot.api", "ragged_dot"),
     "ragged_dot_general": (f"{_SRC}.ops.ragged_dot.api", "ragged_dot_general"),
     # upstream has these two at the top level (tokamax.RaggedDotGroupSizes, ...)

@@ -5,7 +5,10 @@ from __future__ import annotations
 from ._lazy import namespace
 
 _RD = "._ported._src.ops.ragged_dot"
+_FLASH = "._ported._src.ops.attention.pallas_mosaic_tpu"
 _NAMES = {
+    "FlashAttention": (_FLASH, "PallasMosaicTpuFlashAttention"),
+    "FlashAttentionConfig": (_FLASH, "Config"),
     "RaggedDot": (f"{_RD}.pallas_mosaic_tpu", "PallasMosaicTpuRaggedDot"),
     "RaggedDotConfig": (f"{_RD}.pallas_mosaic_tpu", "Config"),
     "V2RaggedDot": (f"{_RD}.pallas_mosaic_tpu_v2", "PallasMosaicTpuV2RaggedDot"),
