@@ -38,16 +38,24 @@ def emulation(kernel) -> ModuleType:
 
 
 @pytest.fixture(scope="session")
-def our_bodies(get, emulation):
-    """case id, chip -> the Mosaic bodies of this kernel's lowering (memoized across tests)."""
-    from tests.jax.lowering import lower, mosaic_bodies
+def our_lowering(get, emulation):
+    """case, chip -> StableHLO text of this kernel's lowering (memoized: one lowering serves every check)."""
+    from tests.jax.lowering import lower
 
-    memo: dict[tuple[str, str], list[str]] = {}
+    memo: dict[tuple[str, str], str] = {}
 
-    def bodies(case, chip: str) -> list[str]:  # noqa: ANN001
+    def lowering(case, chip: str) -> str:  # noqa: ANN001
         key = (case.id, chip)
         if key not in memo:
-            memo[key] = mosaic_bodies(lower(case, get, emulation, chip))
+            memo[key] = lower(case, get, emulation, chip)
         return memo[key]
 
-    return bodies
+    return lowering
+
+
+@pytest.fixture(scope="session")
+def our_bodies(our_lowering):
+    """case, chip -> the Mosaic bodies of this kernel's lowering."""
+    from tests.jax.lowering import mosaic_bodies
+
+    return lambda case, chip: mosaic_bodies(our_lowering(case, chip))

@@ -1,8 +1,9 @@
 """Every case of tests/jax/cases: interpret-mode numerics against its reference, and TPU lowering.
 
 Numerics run in Pallas TPU interpret mode on this CPU with the case's chip emulated. Where JAX's
-interpreter cannot run a kernel, the case says why and the test is a strict xfail: it must
-still fail, so a JAX release that lifts the limit shows up as XPASS and fails the run.
+interpreter cannot run a kernel, the case says why and the test is a strict xfail that names the
+exception and a fragment of its message: it must still fail, and fail that way (a JAX release that
+lifts the limit shows up as XPASS; a numerics failure or another error fails the run).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def _numerics_params() -> list:
         if case.numerics_in:
             marks.append(pytest.mark.skip(reason=f"numerics are checked in {case.numerics_in}"))
         elif case.interpret_xfail:
-            marks.append(pytest.mark.xfail(reason=case.interpret_xfail, strict=True))
+            assert case.interpret_raises, f"{case.id}: an interpreter limit must name what it raises"
+            marks.append(pytest.mark.xfail(reason=case.interpret_xfail, strict=True, raises=case.interpret_raises[0]))
         params.append(pytest.param(case, id=case.id, marks=marks))
     return params
 
@@ -46,10 +48,23 @@ def test_interpret_mode_matches_reference(case: Case, get, emulation):
     assert case.reference is not None or case.compare is not None, f"{case.id} has nothing to compare against"
     assert case.tolerance_why or case.compare, f"{case.id}: say why the tolerance fits"
     inputs = case.inputs()
-    with emulation.interpret_on_cpu(case.interpret_chip):
-        out = jax.jit(case.call(get))(*inputs)
+    try:
+        with emulation.interpret_on_cpu(case.interpret_chip):
+            out = jax.jit(case.call(get))(*inputs)
+    except Exception as e:
+        if case.interpret_raises and isinstance(e, case.interpret_raises[0]):
+            assert case.interpret_raises[1] in str(e), f"{case.id} raised {type(e).__name__}, not the declared limit"
+        raise
     expected = case.reference(get)(*inputs) if case.reference else None
     check_close(case, out, expected)
+
+
+@pytest.mark.kernels_ci
+def test_no_declared_interpreter_limit_would_pass_a_numerics_failure():
+    for case in CASES:
+        if case.interpret_xfail:
+            raises, fragment = case.interpret_raises
+            assert not issubclass(AssertionError, raises) and fragment, f"{case.id}: {raises} would hide a failure"
 
 
 @pytest.mark.parametrize(("case", "chip"), [

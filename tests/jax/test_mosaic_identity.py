@@ -44,6 +44,23 @@ def test_mosaic_bodies_equal_upstream(case: Case, chip: str, upstream, our_bodie
     assert not differing, f"{case.id} on {chip}: Mosaic bodies {differing} differ from upstream tokamax 0.0.17"
 
 
+@pytest.mark.parametrize(("case", "chip"), [pytest.param(c, chip, id=f"{c.id}@{chip}")
+                                            for c in all_cases() for chip in c.chips])
+def test_whole_module_equals_upstream(case: Case, chip: str, upstream, our_lowering):
+    """Beyond the bodies: the whole module (the custom calls' full backend configs, the XLA code
+    around them), normalised only as tests/jax/public/normalise.py says."""
+    import difflib
+
+    from tests.jax.public.normalise import normalise
+
+    key = f"{case.id}@{chip}"
+    assert key not in upstream["errors"], f"upstream failed to lower {key}:\n{upstream['errors'].get(key)}"
+    ours, theirs = normalise(our_lowering(case, chip)), upstream["modules"][key]
+    diff = difflib.unified_diff(theirs.splitlines(), ours.splitlines(), "upstream", "ours", n=1, lineterm="")
+    shown = "\n".join(line[:300] for line in list(diff)[:30])
+    assert ours == theirs, f"{key}: the module differs from upstream's:\n{shown}"
+
+
 def test_the_comparison_sees_a_different_kernel(get, emulation):
     """Guard against a vacuous check: another tiling of the same call lowers to other bytes."""
     import dataclasses

@@ -9,9 +9,13 @@ so two versions of the kernel never share op names:
   names, and hands the result back the same way. For checking numerics; slow.
 - meta / fake tensors: output shapes and dtypes come from `jax_op`'s fake kernel.
 
-`gmm`, `tgmm` and `splash_attention` have Torch autograd through the kernels' own backward
-passes. The Python functions below check their arguments first, so a bad call fails with a
-message that names the argument instead of a JAX traceback from inside the kernel.
+`gmm`, `tgmm` and `splash_attention` run upstream's public ops (`tokamax.ops.ragged_dot_general`,
+`tokamax.ops.experimental.splash_attention`): upstream's config choice per chip and shape, the
+Mosaic kernel where it takes the call and upstream's XLA fallback where it refuses (so any shape
+the public op accepts works), and Torch autograd through upstream's VJPs (`jax.vjp` of the public
+call). On CPU tensors upstream's `cross_compile` option lets the Mosaic path run in interpret mode.
+The Python functions below check their arguments first, so a bad call fails with a message that
+names the argument instead of a JAX traceback from inside the kernel.
 """
 
 from __future__ import annotations
@@ -21,20 +25,21 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import torch
 from torch.tpu.pallas import jax_op  # torch-tpu; `import torch` loads it
 
-from . import emulation
+from . import emulation, ops
 from ._ops import add_op_namespace_prefix
 from ._ported import gmm_v2 as _gmm_v2
-from ._ported import ragged_dot as _ragged_dot
 from ._ported import splash_attention as _splash
 
 __all__ = ["gmm", "gmm_v2", "splash_attention", "tgmm", "tgmm_v2", "to_jax", "to_torch"]
 
-TILE = 128  # ragged dot v1's default (m, k, n) tiles: shapes must be multiples of it
 FLOATS = (torch.bfloat16, torch.float32)
+
+# Where the Mosaic kernel refuses a ragged dot, upstream falls back to XLA's; torch-tpu's compiler
+# does not take XLA's ragged-dot instruction, so (as upstream's Torch ops do) JAX expands it instead.
+jax.config.update("jax_ragged_dot_use_ragged_dot_instruction", False)
 DEVICES = ("tpu", "cpu", "meta")
 
 
@@ -58,7 +63,7 @@ def _cpu_kernel(jax_fn: Callable[..., Any]) -> Callable[..., Any]:
         if statics not in jitted:
             jitted[statics] = jax.jit(jax_fn, static_argnums=tuple(i for i, _ in statics))
         arrays = [to_jax(a) if isinstance(a, torch.Tensor) else a for a in args]
-        with emulation.interpret_on_cpu(emulation.cpu_chip()):
+        with emulation.interpret_on_cpu(emulation.cpu_chip()), ops.config.cross_compile(True):
             out = jitted[statics](*arrays)
         return jax.tree.map(to_torch, out)
 
@@ -91,15 +96,32 @@ def _chip_for_tracing(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # ---- The JAX side of each op (annotated: jax_op derives the Torch schema from them) ---------
+_GMM = jax.lax.RaggedDotDimensionNumbers((([1], [1]), ([], [])), [0], [0])  # lhs [m, k] x rhs [g, k, n]
+_GMM_T = jax.lax.RaggedDotDimensionNumbers((([1], [2]), ([], [])), [0], [0])  # rhs [g, n, k]
+_TGMM = jax.lax.RaggedDotDimensionNumbers((([0], [0]), ([], [])), [0], [])  # lhs [m, k] x grad [m, n]
+
+
+def _gmm_public(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, transpose_rhs: bool) -> jax.Array:
+    # lhs and rhs share a dtype (checked), so the output has it without naming it: as a JAX user's call
+    # (and upstream's Torch op) does, which is what upstream's tables are keyed on.
+    return ops.ragged_dot_general(lhs, rhs, group_sizes, _GMM_T if transpose_rhs else _GMM)
+
+
 @_chip_for_tracing
 def _gmm_jax(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, transpose_rhs: bool) -> jax.Array:
-    return _ragged_dot.gmm(lhs, rhs, group_sizes, precision=jax.lax.Precision.DEFAULT, out_dtype=lhs.dtype,
-                           transpose_rhs=transpose_rhs)
+    return _gmm_public(lhs, rhs, group_sizes, transpose_rhs)
 
 
 @_chip_for_tracing
-def _tgmm_jax(lhs_t: jax.Array, grad: jax.Array, group_sizes: jax.Array) -> jax.Array:
-    return _ragged_dot.tgmm(lhs_t, grad, group_sizes, precision=jax.lax.Precision.DEFAULT, out_dtype=lhs_t.dtype)
+def _gmm_bwd_jax(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, grad: jax.Array, transpose_rhs: bool
+                 ) -> tuple[jax.Array, jax.Array]:
+    _, vjp = jax.vjp(lambda a, b: _gmm_public(a, b, group_sizes, transpose_rhs), lhs, rhs)
+    return vjp(grad)
+
+
+@_chip_for_tracing
+def _tgmm_jax(lhs: jax.Array, grad: jax.Array, group_sizes: jax.Array) -> jax.Array:
+    return ops.ragged_dot_general(lhs, grad, group_sizes, _TGMM)
 
 
 @_chip_for_tracing
@@ -112,36 +134,35 @@ def _tgmm_v2_jax(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array) -> jax.
     return _gmm_v2.tgmm_v2(lhs, rhs, group_sizes, preferred_element_type=lhs.dtype)
 
 
-def _splash_kernel(q_len: int, kv_len: int, is_mqa: bool, causal: bool, window_left: int, window_right: int):  # noqa: ANN202
-    """The splash kernel for one mask: causal, local (window sizes >= 0), or full."""
-    shape = (q_len, kv_len)
+def _splash_public(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, window_left: int,
+                   window_right: int) -> jax.Array:
+    """Upstream's public splash call for one mask: causal, local (window sizes >= 0), or full."""
+    shape = (q.shape[1], k.shape[-2])
     if window_left >= 0 or window_right >= 0:
         mask = _splash.LocalMask(shape, window_size=(window_left if window_left >= 0 else None,
                                                      window_right if window_right >= 0 else None), offset=0)
     elif causal:
         mask = _splash.CausalMask(shape)
     else:
-        mask = _splash.FullMask(shape)
-    make = _splash.make_splash_mqa_single_device if is_mqa else _splash.make_splash_mha_single_device
-    return make(mask)
+        mask = None
+    return ops.experimental.splash_attention(q, k, v, mask, is_mqa=k.ndim == 2)
 
 
 @_chip_for_tracing
 def _splash_jax(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, window_left: int,
                 window_right: int) -> jax.Array:
-    kernel = _splash_kernel(q.shape[1], k.shape[-2], k.ndim == 2, causal, window_left, window_right)
-    return kernel(q, k, v)
+    return _splash_public(q, k, v, causal, window_left, window_right)
 
 
 @_chip_for_tracing
 def _splash_bwd_jax(q: jax.Array, k: jax.Array, v: jax.Array, grad: jax.Array, causal: bool, window_left: int,
                     window_right: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    kernel = _splash_kernel(q.shape[1], k.shape[-2], k.ndim == 2, causal, window_left, window_right)
-    _, vjp = jax.vjp(lambda q, k, v: kernel(q, k, v).astype(jnp.float32), q, k, v)
-    return vjp(grad.astype(jnp.float32))
+    _, vjp = jax.vjp(lambda q, k, v: _splash_public(q, k, v, causal, window_left, window_right), q, k, v)
+    return vjp(grad.astype(q.dtype))
 
 
 gmm_op = _register("gmm", _gmm_jax)
+gmm_bwd_op = _register("gmm_bwd", _gmm_bwd_jax)
 tgmm_op = _register("tgmm", _tgmm_jax)
 gmm_v2_op = _register("gmm_v2", _gmm_v2_jax, cpu=False)
 tgmm_v2_op = _register("tgmm_v2", _tgmm_v2_jax, cpu=False)
@@ -149,7 +170,7 @@ splash_op = _register("splash_attention", _splash_jax)
 splash_bwd_op = _register("splash_attention_bwd", _splash_bwd_jax)
 
 
-# ---- Autograd: the kernels' own backward passes ----------------------------------------------
+# ---- Autograd: upstream's VJPs ------------------------------------------------------------------
 def _gmm_setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
     lhs, rhs, group_sizes, transpose_rhs = inputs
     ctx.save_for_backward(lhs, rhs, group_sizes)
@@ -158,11 +179,7 @@ def _gmm_setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
 
 def _gmm_backward(ctx: Any, grad: torch.Tensor) -> tuple:
     lhs, rhs, group_sizes = ctx.saved_tensors
-    grad = grad.contiguous()
-    dlhs = gmm_op(grad, rhs, group_sizes, not ctx.transpose_rhs)  # grad @ rhs_g^T, group by group
-    drhs = tgmm_op(lhs.t().contiguous(), grad, group_sizes)  # lhs_g^T @ grad_g: [groups, k, n]
-    if ctx.transpose_rhs:
-        drhs = drhs.transpose(1, 2).contiguous()
+    dlhs, drhs = gmm_bwd_op(lhs, rhs, group_sizes, grad.contiguous(), ctx.transpose_rhs)
     return dlhs, drhs, None, None
 
 
@@ -217,20 +234,13 @@ def _check_group_sizes(op: str, group_sizes: torch.Tensor, groups: int) -> None:
                          f"got shape {tuple(group_sizes.shape)}")
 
 
-def _check_tiles(op: str, **dims: int) -> None:
-    bad = {name: d for name, d in dims.items() if d % TILE}
-    if bad:
-        raise ValueError(f"tokamax {op}: {', '.join(f'{n}={d}' for n, d in bad.items())} must be multiples of "
-                         f"{TILE} (the kernel's tile)")
-
-
 def gmm(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, *, transpose_rhs: bool = False
         ) -> torch.Tensor:
     """Grouped matmul: rows of `lhs` in group g times `rhs[g]`; differentiable in lhs and rhs.
 
     lhs [m, k]; rhs [groups, k, n] ([groups, n, k] with `transpose_rhs`); group_sizes int32
-    [groups], summing to at most m (rows past the sum give zeros). bf16 or f32; m, k, n
-    multiples of 128.
+    [groups], summing to at most m (rows past the sum give zeros). bf16 or f32; any sizes the
+    public op takes (the Mosaic kernel where it takes them, else upstream's XLA fallback).
     """
     _check_tensors("gmm", lhs=lhs, rhs=rhs, group_sizes=group_sizes)
     _check_float("gmm", lhs=lhs, rhs=rhs)
@@ -241,7 +251,6 @@ def gmm(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, *, tran
         raise ValueError(f"tokamax gmm: lhs has k={lhs.shape[1]} columns but rhs has k={k} "
                          f"(shapes {tuple(lhs.shape)} and {tuple(rhs.shape)}, transpose_rhs={transpose_rhs})")
     _check_group_sizes("gmm", group_sizes, rhs.shape[0])
-    _check_tiles("gmm", m=lhs.shape[0], k=k, n=rhs.shape[1] if transpose_rhs else rhs.shape[2])
     return gmm_op(lhs.contiguous(), rhs.contiguous(), group_sizes.contiguous(), transpose_rhs)
 
 
@@ -256,8 +265,7 @@ def tgmm(lhs: torch.Tensor, grad: torch.Tensor, group_sizes: torch.Tensor) -> to
     if group_sizes.dim() != 1:
         raise ValueError(f"tokamax tgmm: group_sizes must be 1-D, got shape {tuple(group_sizes.shape)}")
     _check_group_sizes("tgmm", group_sizes, group_sizes.shape[0])
-    _check_tiles("tgmm", m=lhs.shape[0], k=lhs.shape[1], n=grad.shape[1])
-    return tgmm_op(lhs.t().contiguous(), grad.contiguous(), group_sizes.contiguous())
+    return tgmm_op(lhs.contiguous(), grad.contiguous(), group_sizes.contiguous())
 
 
 def _check_jax_for_v2(op: str) -> None:
@@ -292,11 +300,14 @@ def tgmm_v2(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor) -> 
 
 def splash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
                      window: tuple[int | None, int | None] | None = None) -> torch.Tensor:
-    """Splash attention, differentiable in q, k and v: softmax(q k^T, masked) v, no scaling.
+    """Splash attention (upstream's public op), differentiable in q, k and v: softmax(q k^T, masked) v,
+    no scaling.
 
     q [heads, q_len, head_dim]; k, v [heads, kv_len, head_dim], or [kv_len, head_dim] for
-    multi-query attention. Mask: causal (default), full (`causal=False`), or a local window
-    `(left, right)` of tokens each side (None: unbounded). Lengths multiples of 128.
+    multi-query attention; k, v may have fewer heads than q (grouped-query attention). Mask:
+    causal (default), full (`causal=False`), or a local window `(left, right)` of tokens each
+    side (None: unbounded). Lengths: what the public op takes (multiples of its 128 blocks; it says
+    so otherwise).
     """
     _check_tensors("splash_attention", q=q, k=k, v=v)
     _check_float("splash_attention", q=q, k=k, v=v)
@@ -304,11 +315,10 @@ def splash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     _check_rank("splash_attention", "k", k, (2, 3), "[heads, kv_len, head_dim] or [kv_len, head_dim]")
     if v.shape != k.shape:
         raise ValueError(f"tokamax splash_attention: v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
-    if k.dim() == 3 and k.shape[0] != q.shape[0]:
-        raise ValueError(f"tokamax splash_attention: q has {q.shape[0]} heads, k has {k.shape[0]}")
+    if k.dim() == 3 and q.shape[0] % k.shape[0]:
+        raise ValueError(f"tokamax splash_attention: q's {q.shape[0]} heads must be a multiple of k's {k.shape[0]}")
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"tokamax splash_attention: head_dim differs: q {q.shape[-1]}, k {k.shape[-1]}")
-    _check_tiles("splash_attention", q_len=q.shape[1], kv_len=k.shape[-2])
     left, right = window if window is not None else (None, None)
     if window is not None and (left is None and right is None):
         raise ValueError("tokamax splash_attention: a window needs a left or a right size")

@@ -40,6 +40,8 @@ class Case:
     chips: tuple[str, ...] = ("v5e", "v6e")  # chips the kernel supports, for lowering and identity
     interpret_chip: str = "v6e"  # chip that tiling code sees in interpret mode
     interpret_xfail: str | None = None  # why JAX's interpreter cannot run it (recorded as xfail)
+    # with it, what the interpreter raises: (exception type, a fragment of its message)
+    interpret_raises: tuple[type[BaseException], str] | None = None
     compare: Callable[[Any, Any], None] | None = None  # custom comparison instead of allclose
     mesh: tuple[str, int] = ("x", 1)  # (axis, devices) of the abstract TPU mesh it is lowered under
     numerics_in: str | None = None  # where its numerics are checked instead (e.g. needs several devices)

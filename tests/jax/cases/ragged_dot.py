@@ -1,6 +1,8 @@
-"""Ragged dot v1 (`gmm`, `tgmm`): bf16 and f32, transpose_rhs, empty groups and group sizes off the tile.
+"""Ragged dot v1 (`gmm`, `tgmm`): bf16 and f32, transpose_rhs, empty groups and group sizes off the tile;
+int8 rhs as a qwix `QArray`, as `AsQArray` and quantized in the kernel (`rhs_qdtype`).
 
-Quantized operands (QArray, AsQArray, in-kernel quantization) are in tests/jax/test_ragged_dot.py.
+The quantized cases are lowered and compared with upstream here; their numerics, against the
+exact product of what was quantized, are in tests/jax/test_ragged_dot.py.
 """
 
 from __future__ import annotations
@@ -53,6 +55,20 @@ def _per_group_products(get):  # noqa: ANN001, ANN202
     return fn
 
 
+def _quantized_gmm(form: str):  # noqa: ANN202
+    """gmm with rhs quantized to int8 per channel (k reduced): before the kernel, or inside it."""
+    def call(get):  # noqa: ANN001, ANN202
+        quantization = get("_src.quantization")
+
+        def fn(lhs, rhs, sizes):  # noqa: ANN001, ANN202
+            if form == "in-kernel":
+                return _gmm(get, jnp.float32, rhs_qdtype=jnp.int8)(lhs, rhs, sizes)
+            rhs = quantization.AsQArray(rhs, jnp.int8, tiled_axes={0: 1, 1: rhs.shape[1], 2: 1})
+            return _gmm(get, jnp.float32)(lhs, rhs.as_qarray() if form == "QArray" else rhs, sizes)
+        return fn
+    return call
+
+
 BF16_WHY = ("bf16 inputs, f32 accumulation over k=128, f32 output: the reference sums the same bf16 values "
             "in f32, so only summation order differs (errors ~1e-5 of |out| ~ 11)")
 F32_WHY = "f32 throughout; only summation order differs"
@@ -94,4 +110,11 @@ CASES = [
         tolerance_why=F32_WHY,
         chips=("v5e", "v6e", "v7x"),
     ),
+    *[Case(
+        id=f"ragged_dot/gmm-int8-rhs-{form}-256x256x256-g4",
+        call=_quantized_gmm(form),
+        inputs=lambda: _gmm_inputs(256, 256, 256, [64, 0, 100, 92], jnp.bfloat16),
+        chips=("v5e", "v6e", "v7x"),
+        numerics_in="tests/jax/test_ragged_dot.py (bounds for quantized operands)",
+    ) for form in ("QArray", "AsQArray", "in-kernel")],
 ]

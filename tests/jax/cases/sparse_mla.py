@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -103,5 +104,6 @@ CASES = [
         chips=("v7x",),
         interpret_chip="v7x",
         interpret_xfail=_XFAIL,
+        interpret_raises=(jax.errors.JaxRuntimeError, "Only scalar arrays can be converted to Python scalars"),
     ),
 ]
