@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from .cases import CALL_CHIPS, PublicCase, Table
@@ -40,13 +41,22 @@ def _forward(implementation: str | tuple[str, ...], **kw: Any) -> Callable[[Any]
 def _grad(implementation: str, **kw: Any) -> Callable[[Any], Callable[..., Any]]:
     """Gradients of a loss that uses the output's values (so the forward kernel runs too)."""
     def build(api: Any) -> Callable[..., Any]:
-        import jax
-
         def loss(lhs: Any, rhs: Any, sizes: Any) -> Any:
             out = api.ops.ragged_dot(lhs, rhs, sizes, implementation=implementation, **kw)
             return jnp.sum(jnp.square(out.astype(jnp.float32)))
         return jax.grad(loss, argnums=(0, 1))
     return build
+
+
+def _general(implementation: str, contracting: tuple, rhs_group: list) -> Callable[[Any], Callable[..., Any]]:
+    dims = jax.lax.RaggedDotDimensionNumbers((contracting, ((), ())), [0], rhs_group)
+    return lambda api: (lambda lhs, rhs, sizes: api.ops.ragged_dot_general(lhs, rhs, sizes, dims,
+                                                                           implementation=implementation))
+
+
+def _with_group_offset() -> Callable[[Any], Callable[..., Any]]:
+    return lambda api: (lambda lhs, rhs, sizes, offset: api.ops.ragged_dot(
+        lhs, rhs, sizes, group_offset=offset, implementation="mosaic_tpu_v2"))
 
 
 def _quantized(form: str) -> Callable[[Any], Callable[..., Any]]:
@@ -102,6 +112,26 @@ def cases() -> list[PublicCase]:
                               _forward(("mosaic", "xla"))))
         out.append(PublicCase("ragged_dot/mosaic/heuristic-256x256x512g4/f32-out/fwd", chip,
                               _specs(256, 256, 512, 4, "bf16"), _forward("mosaic", preferred_element_type=jnp.float32)))
+        # ragged_dot_general with the backward's dimension numbers (v1 and v2 take all three).
+        for impl in IMPLEMENTATIONS:
+            out.append(PublicCase(f"ragged_dot_general/{impl}/rhs-transposed/fwd", chip,
+                                  (((256, 384), "bfloat16"), ((4, 256, 384), "bfloat16"), ((4,), "int32")),
+                                  _general(impl, ((1,), (2,)), [0])))
+            out.append(PublicCase(f"ragged_dot_general/{impl}/ragged-contracting/fwd", chip,
+                                  (((256, 256), "bfloat16"), ((256, 384), "bfloat16"), ((4,), "int32")),
+                                  _general(impl, ((0,), (0,)), [])))
+        # A fused activation (applied in the kernel; upstream's VJP differentiates through it).
+        specs = _specs(512, 256, 384, 4, "bf16")
+        out.append(PublicCase("ragged_dot/mosaic/silu/fwd", chip, specs, _forward("mosaic", activation=jax.nn.silu)))
+        out.append(PublicCase("ragged_dot/mosaic/silu/grad", chip, specs, _grad("mosaic", activation=jax.nn.silu)))
+        # gmm_v2's own options: a fused gated activation, zero-initialized rows, a group offset.
+        out.append(PublicCase("ragged_dot/mosaic_tpu_v2/gateup-silu-zero-init/fwd", chip,
+                              _specs(512, 256, 512, 4, "bf16"),
+                              _forward("mosaic_tpu_v2", fuse_gateup_activation="silu", zero_initialize=True)))
+        out.append(PublicCase("ragged_dot/mosaic_tpu_v2/gateup-n384-refused/fwd", chip, specs,  # n/2 off the lanes
+                              _forward("mosaic_tpu_v2", fuse_gateup_activation="silu")))
+        out.append(PublicCase("ragged_dot/mosaic_tpu_v2/group-offset/fwd", chip, (*specs, ((1,), "int32")),
+                              _with_group_offset()))
         for form in ("QArray", "AsQArray"):
             out.append(PublicCase(f"ragged_dot/mosaic/int8-rhs-{form}/fwd", chip, _specs(256, 256, 256, 4, "bf16"),
                                   _quantized(form)))
