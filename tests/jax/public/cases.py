@@ -51,22 +51,39 @@ class Table:
         return json.loads((PORTED_TABLES / CHIPS[chip] / f"{self.stem}.json").read_text())["entries"]
 
 
+def _json_like(value: Any) -> Any:
+    if isinstance(value, enum.Enum):  # as `Type.NAME`, so an int where an enum belongs differs
+        return f"{type(value).__name__}.{value.name}"
+    if isinstance(value, (tuple, list)):
+        return [_json_like(v) for v in value]
+    return value
+
+
 def config_fields(config: Any) -> dict:
-    """A config's fields as JSON values; enums as `Type.NAME`, so an int where an enum belongs differs."""
-    return {k: f"{type(v).__name__}.{v.name}" if isinstance(v, enum.Enum) else v
-            for k, v in dataclasses.asdict(config).items()}
+    """A config's fields as JSON-like values, the same on both sides of the comparison."""
+    return {k: _json_like(v) for k, v in dataclasses.asdict(config).items()}
+
+
+def _case_modules() -> list:
+    """Every `*_cases.py` module beside this one: one per op family, each with `cases()` and `TABLES`."""
+    import importlib
+    import pkgutil
+
+    from . import __path__ as here
+
+    names = sorted(m.name for m in pkgutil.iter_modules(here) if m.name.endswith("_cases"))
+    return [importlib.import_module(f"{__package__}.{name}") for name in names]
 
 
 def all_public_cases() -> list[PublicCase]:
-    from . import attention_cases, ragged_dot_cases, splash_cases
-
-    out = ragged_dot_cases.cases() + splash_cases.cases() + attention_cases.cases()
+    out = [case for module in _case_modules() for case in module.cases()]
     ids = [f"{c.id}@{c.chip}" for c in out]
     assert len(ids) == len(set(ids)), "duplicate public case ids"
     return out
 
 
 def all_tables() -> list[Table]:
-    from . import attention_cases, ragged_dot_cases, splash_cases
-
-    return ragged_dot_cases.TABLES + splash_cases.TABLES + attention_cases.TABLES
+    tables = [table for module in _case_modules() for table in module.TABLES]
+    stems = [t.stem for t in tables]
+    assert len(stems) == len(set(stems)), "a table is registered twice"
+    return tables

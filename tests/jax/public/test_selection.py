@@ -49,3 +49,13 @@ def test_tables_are_hit_not_only_heuristics(public_api, emulation):
                 jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)):
             config = public_api.ops.tpu.RaggedDot().bind(**specs).default_config
         assert (config.tile_m, config.tile_k, config.tile_n) == tiles, chip
+
+
+@pytest.mark.kernels_ci
+def test_every_shipped_table_is_checked():
+    from tests.jax.public.cases import CHIPS, PORTED_TABLES
+
+    shipped = {(p.parent.name, p.stem) for p in PORTED_TABLES.glob("*/*.json")}
+    checked = {(CHIPS[chip], table.stem) for table, chip in TABLES}
+    assert shipped, "the port shipped no tables"
+    assert shipped == checked, f"tables shipped but not checked: {sorted(shipped - checked)}"

@@ -1,4 +1,4 @@
-"""Upstream's public ops (`tokamax.ops` upstream): the call a tokamax user makes.
+"""Upstream's public TPU ops (`tokamax.ops` upstream): the call a tokamax user makes.
 
 `tokamax.ops.ragged_dot(lhs, rhs, group_sizes, ...)` is upstream's `tokamax.ragged_dot`, run by
 upstream's own Op layer (ported at build time, without pydantic, jaxtyping or absl): the
@@ -6,23 +6,45 @@ config comes from the caller, else upstream's autotuning table for this chip and
 arguments, else upstream's heuristics, else defaults; `jax.grad` runs upstream's VJP.
 The Op classes and their configs are in `ops.tpu` (`ops.tpu.RaggedDot`, ...), experimental
 ops in `ops.experimental` (`ops.experimental.splash_attention`, `ops.experimental.tpu`), and
-the options (`cross_compile`, ...) in `ops.config`. Names load on first use.
+the options (`cross_compile`, ...) in `ops.config`. Names load on first use. Upstream's
+GPU- and XLA-only ops (`gated_linear_unit`, `layer_norm`, `triangle_multiplication`, `ops.gpu`)
+are not part of this TPU kernel.
 """
 
 from __future__ import annotations
 
 from ._lazy import namespace
 
-_SRC = "._ported._src"
+_OPS = "._ported._src.ops"
 _NAMES = {
-    "dot_product_attention": (f"{_SRC}.ops.attention.api", "dot_product_attention"),
-    "DotProductAttentionImplementation": (f"{_SRC}.ops.attention.api", "Implementation"),
-    "ragged_dot": (f"{_SRC}.ops.ragged_dot.api", "ragged_dot"),
-    "ragged_dot_general": (f"{_SRC}.ops.ragged_dot.api", "ragged_dot_general"),
-    # upstream has these two at the top level (tokamax.RaggedDotGroupSizes, ...)
-    "RaggedDotGroupSizes": (f"{_SRC}.ops.ragged_dot.base", "GroupSizes"),
-    "generate_ragged_dot_group_sizes": (f"{_SRC}.ops.ragged_dot.base", "generate_group_sizes"),
-    "config": (f"{_SRC}.config", ""),
+    "dot_product_attention": (f"{_OPS}.attention.api", "dot_product_attention"),
+    "DotProductAttentionImplementation": (f"{_OPS}.attention.api", "Implementation"),
+    "batched_ragged_paged_attention": (f"{_OPS}.batched_rpa.api", "batched_ragged_paged_attention"),
+    "ragged_paged_attention": (f"{_OPS}.batched_rpa.api", "ragged_paged_attention"),
+    "csa_gather": (f"{_OPS}.csa_gather.api", "csa_gather"),
+    "deepseek_rope": (f"{_OPS}.deepseek_rope.api", "deepseek_rope"),
+    "dsv4_compressor": (f"{_OPS}.dsv4_compressor.api", "dsv4_compressor"),
+    "grouped_lowrank_proj": (f"{_OPS}.grouped_lowrank_proj.api", "grouped_lowrank_proj"),
+    "kimi_delta_attention": (f"{_OPS}.kda.api", "kimi_delta_attention"),
+    "lightning_indexer": (f"{_OPS}.lightning_indexer.api", "lightning_indexer"),
+    "linear_softmax_cross_entropy_loss": (f"{_OPS}.linear_softmax_cross_entropy_loss.api",
+                                          "linear_softmax_cross_entropy_loss"),
+    "masked_dense_mla": (f"{_OPS}.masked_dense_mla.api", "masked_dense_mla"),
+    "mhc_fused_post_pre": (f"{_OPS}.mhc.api", "mhc_fused_post_pre"),
+    "mhc_post": (f"{_OPS}.mhc.api", "mhc_post"),
+    "mhc_pre": (f"{_OPS}.mhc.api", "mhc_pre"),
+    "proj_and_save_state": (f"{_OPS}.proj_and_save_state.api", "proj_and_save_state"),
+    "ragged_dot": (f"{_OPS}.ragged_dot.api", "ragged_dot"),
+    "ragged_dot_general": (f"{_OPS}.ragged_dot.api", "ragged_dot_general"),
+    "ragged_gather": (f"{_OPS}.ragged_gather.api", "ragged_gather"),
+    "ragged_gather_reduce": (f"{_OPS}.ragged_gather_reduce.api", "ragged_gather_reduce"),
+    "router_topk": (f"{_OPS}.router_topk.api", "router_topk"),
+    "sparse_mla": (f"{_OPS}.sparse_mla.api", "sparse_mla"),
+    "top_k": (f"{_OPS}.topk.api", "top_k"),
+    # upstream has these at its top level (tokamax.RaggedDotGroupSizes, tokamax.config, ...)
+    "RaggedDotGroupSizes": (f"{_OPS}.ragged_dot.base", "GroupSizes"),
+    "generate_ragged_dot_group_sizes": (f"{_OPS}.ragged_dot.base", "generate_group_sizes"),
+    "config": ("._ported._src.config", ""),
     "tpu": (".ops.tpu", ""),
     "experimental": (".ops.experimental", ""),
 }

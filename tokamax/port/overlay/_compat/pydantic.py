@@ -32,6 +32,13 @@ def Field(*args: Any, **kwargs: Any) -> FieldInfo:  # noqa: N802 - pydantic's na
     return FieldInfo(*args, **kwargs)
 
 
+class PlainSerializer:
+    """A serializer attached as `Annotated` metadata; serialization here goes through spec_json."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args, self.kwargs = args, kwargs
+
+
 class ConfigDict(dict):
     """pydantic's model settings; nothing reads them here."""
 

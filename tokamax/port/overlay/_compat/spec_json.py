@@ -41,12 +41,12 @@ def _callable_path(fn: Any) -> str:
 
 def to_json_value(x: Any) -> Any:
     """`x` as upstream's serializer writes it (JSON-ready Python values)."""
-    if x is None or isinstance(x, (bool, str)):
-        return x
     if isinstance(x, enum.IntEnum):  # config fields (splash's QKVLayout): pydantic dumps these by value
         return x.value
-    if isinstance(x, enum.Enum):  # argument enums (precision): upstream dumps them by name
+    if isinstance(x, enum.Enum):  # argument enums (precision, str enums too): upstream dumps them by name
         return x.name
+    if x is None or isinstance(x, (bool, str)):
+        return x
     if isinstance(x, (int, float)):
         return x
     if isinstance(x, (np.generic,)) and not isinstance(x, np.dtype):

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from .._lazy import namespace
+from ..tpu import _names
 
-_SPLASH = "._ported._src.ops.experimental.tpu.splash_attention"
-_NAMES = {
-    "SplashAttention": (f"{_SPLASH}.pallas_mosaic_tpu", "PallasMosaicTpuSplashAttention"),
-    "SplashAttentionConfig": (f"{_SPLASH}.pallas_mosaic_tpu", "Config"),
+_OPS = {
+    "experimental.fused_fp8_matmul": [("FusedFp8Matmul", "PallasMosaicTpuFusedFp8Matmul", "FusedFp8MatmulConfig")],
+    "experimental.fused_moe": [("FusedMoe", "PallasMosaicTpuFusedMoe", "FusedMoeConfig")],
+    "experimental.mla": [("MultiHeadLatentAttention", "PallasTpuMultiHeadLatentAttention",
+                          "MultiHeadLatentAttentionConfig")],
+    "experimental.mla_swa": [("MlaSwa", "PallasTpuMlaSwa", "MlaSwaConfig")],
+    "experimental.tpu.splash_attention": [("SplashAttention", "PallasMosaicTpuSplashAttention",
+                                           "SplashAttentionConfig")],
 }
+_NAMES = _names(_OPS, "._ported._src.ops")
 __all__ = sorted(_NAMES)
 __getattr__, __dir__ = namespace(__name__, _NAMES)

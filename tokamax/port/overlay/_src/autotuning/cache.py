@@ -40,10 +40,17 @@ def _enum_type(annotation: typing.Any) -> type[enum.Enum] | None:
     return None
 
 
+def _tuples(value: typing.Any) -> typing.Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
 def _with_enums(config_cls: type, values: dict) -> dict:
-    """Enum fields from their JSON form, as pydantic reads them upstream (by name or by value)."""
+    """Config fields from their JSON form, as pydantic reads them upstream: enums by name or by
+    value, JSON lists as the tuples a (hashable) config holds, and names the config no longer has
+    (older table entries) ignored, as pydantic dataclasses ignore extra fields."""
     hints = typing.get_type_hints(config_cls)
-    out = dict(values)
+    known = {f.name for f in dataclasses.fields(config_cls)}
+    out = {name: _tuples(value) for name, value in values.items() if name in known}
     for field in dataclasses.fields(config_cls):
         kind, value = _enum_type(hints.get(field.name)), out.get(field.name)
         if kind is not None and value is not None and not isinstance(value, kind):
