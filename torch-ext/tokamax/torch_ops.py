@@ -170,6 +170,37 @@ splash_op = _register("splash_attention", _splash_jax)
 splash_bwd_op = _register("splash_attention_bwd", _splash_bwd_jax)
 
 
+# ---- Fake kernels that take symbolic sizes (torch.compile(dynamic=True)) -------------------------
+# jax_op's default fake kernel evaluates the JAX function's shapes and refuses symbolic sizes; these
+# give each op's output shapes from its inputs' alone, so compiled models trace through the ops.
+@gmm_op.register_fake
+def _gmm_fake(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, transpose_rhs: bool) -> torch.Tensor:
+    return lhs.new_empty((lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]))
+
+
+@gmm_bwd_op.register_fake
+def _gmm_bwd_fake(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, grad: torch.Tensor,
+                  transpose_rhs: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(lhs), torch.empty_like(rhs)
+
+
+@tgmm_op.register_fake
+def _tgmm_fake(lhs: torch.Tensor, grad: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
+    return lhs.new_empty((group_sizes.shape[0], lhs.shape[1], grad.shape[1]))
+
+
+@splash_op.register_fake
+def _splash_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window_left: int,
+                 window_right: int) -> torch.Tensor:
+    return q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
+
+
+@splash_bwd_op.register_fake
+def _splash_bwd_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad: torch.Tensor, causal: bool,
+                     window_left: int, window_right: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
 # ---- Autograd: upstream's VJPs ------------------------------------------------------------------
 def _gmm_setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
     lhs, rhs, group_sizes, transpose_rhs = inputs
