@@ -41,7 +41,8 @@ def main() -> int:
     public = collections.defaultdict(lambda: {"fwd": 0, "grad": 0, "chips": set()})
     for case in all_public_cases():
         row = public[_family(case.id)]
-        row["grad" if case.id.endswith("/grad") else "fwd"] += 1
+        name = case.id.rsplit("/", 1)[-1]
+        row["grad" if name == "grad" or name.startswith("grad-") else "fwd"] += 1
         row["chips"].add(case.chip)
     tables = collections.Counter()
     for table in all_tables():

@@ -88,6 +88,7 @@ SINGLE_CHIP_OPS: dict[str, str] = {
     "mla_swa": V7_ONLY,
     "fused_moe_decode": V7_ONLY,
     "fused_fp8_matmul": "needs an FP8 MXU, which only v7x has (fp8_matmul_supported_on)",
+    "lightning_indexer": V7_ONLY + "; its top-k stage is the SparseCore topk kernel (16 SparseCore lanes)",
 }
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import PORTED, REPO, tier_python
 
-KERNEL_MODULES = 20
+KERNEL_MODULES = 26
 
 
 @pytest.mark.parametrize(("tier", "python", "jax_prefix"), [("jax-only", "3.12", "0.12."),

@@ -21,13 +21,19 @@ TOKAMAX_VERSION = "0.0.17"
 
 # The JAX kernel modules, each loaded on first attribute access.
 KERNEL_MODULES = (
+    "batched_rpa",
+    "causal_conv1d_gated_delta_rule",
     "csa_gather",
     "deepseek_rope",
     "dsv4_compressor",
     "fused_fp8_matmul",
+    "fused_moe",
     "fused_moe_decode",
     "gmm_v2",
     "grouped_lowrank_proj",
+    "kda",
+    "lightning_indexer",
+    "linear_softmax_cross_entropy_loss",
     "masked_dense_mla",
     "mhc",
     "mla",
@@ -46,15 +52,27 @@ KERNEL_MODULES = (
 # Our modules, also loaded on first use: running the kernels on a CPU host (emulation.py), the
 # public ops with upstream's config choice (ops/) and the Torch ops (torch_ops.py, which needs
 # torch and torch-tpu).
-HELPER_MODULES = ("emulation", "ops", "torch_ops")
+HELPER_MODULES = ("emulation", "integrations", "ops", "torch_ops")
 
-__all__ = ["KERNEL_MODULES", "TOKAMAX_VERSION", "__version__", *KERNEL_MODULES, *HELPER_MODULES]
+# transformers' entry points (need torch, torch-tpu and transformers): the attention function that
+# `attn_implementation="kernels-community/tokamax:attention"` loads, and the experts registration.
+FUNCTIONS = {"attention": ".integrations.attention", "flash_attn_forward": ".integrations.attention",
+             "register_experts": ".integrations.experts"}
+
+__all__ = ["KERNEL_MODULES", "TOKAMAX_VERSION", "__version__", *KERNEL_MODULES, *HELPER_MODULES, *FUNCTIONS]
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._ported import ragged_dot, splash_attention  # noqa: F401
 
 
 def __getattr__(name: str) -> ModuleType:
+    if name in FUNCTIONS:
+        try:
+            function = getattr(importlib.import_module(FUNCTIONS[name], __name__), name)
+        except ImportError as e:
+            raise ImportError(f"{__name__}.{name} needs torch, torch-tpu and transformers ({e})") from e
+        globals()[name] = function
+        return function
     if name in KERNEL_MODULES or name in HELPER_MODULES:
         where = f"._ported.{name}" if name in KERNEL_MODULES else f".{name}"
         try:

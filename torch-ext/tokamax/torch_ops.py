@@ -161,6 +161,48 @@ def _splash_bwd_jax(q: jax.Array, k: jax.Array, v: jax.Array, grad: jax.Array, c
     return vjp(grad.astype(q.dtype))
 
 
+def _splash_segments_jax(q: jax.Array, k: jax.Array, v: jax.Array, q_segments: jax.Array, kv_segments: jax.Array,
+                         sinks: jax.Array, causal: bool, window_left: int, window_right: int, soft_cap: float,
+                         use_sinks: bool) -> jax.Array:
+    """Upstream's public splash call with segment ids (padding, packed documents), a soft cap and sinks."""
+    shape = (q.shape[1], k.shape[-2])
+    if window_left >= 0 or window_right >= 0:
+        mask = _splash.LocalMask(shape, window_size=(window_left if window_left >= 0 else None,
+                                                     window_right if window_right >= 0 else None), offset=0)
+    else:
+        mask = _splash.CausalMask(shape) if causal else None
+    segments = _splash_base().SegmentIds(q_segments, kv_segments)
+    return ops.experimental.splash_attention(q, k, v, mask, segments, sinks if use_sinks else None,
+                                             attn_logits_soft_cap=soft_cap if soft_cap > 0 else None)
+
+
+def _splash_base():  # noqa: ANN202 - upstream's splash Op base (its SegmentIds)
+    import importlib
+
+    return importlib.import_module("._ported._src.ops.experimental.tpu.splash_attention.base", __package__)
+
+
+@_chip_for_tracing
+def _splash_segments_fwd_jax(q: jax.Array, k: jax.Array, v: jax.Array, q_segments: jax.Array,
+                             kv_segments: jax.Array, sinks: jax.Array, causal: bool, window_left: int,
+                             window_right: int, soft_cap: float, use_sinks: bool) -> jax.Array:
+    return _splash_segments_jax(q, k, v, q_segments, kv_segments, sinks, causal, window_left, window_right,
+                                soft_cap, use_sinks)
+
+
+@_chip_for_tracing
+def _splash_segments_bwd_jax(q: jax.Array, k: jax.Array, v: jax.Array, q_segments: jax.Array,
+                             kv_segments: jax.Array, sinks: jax.Array, grad: jax.Array, causal: bool,
+                             window_left: int, window_right: int, soft_cap: float, use_sinks: bool
+                             ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    def fn(q: jax.Array, k: jax.Array, v: jax.Array, sinks: jax.Array) -> jax.Array:
+        return _splash_segments_jax(q, k, v, q_segments, kv_segments, sinks, causal, window_left, window_right,
+                                    soft_cap, use_sinks)
+
+    _, vjp = jax.vjp(fn, q, k, v, sinks)
+    return vjp(grad.astype(q.dtype))
+
+
 gmm_op = _register("gmm", _gmm_jax)
 gmm_bwd_op = _register("gmm_bwd", _gmm_bwd_jax)
 tgmm_op = _register("tgmm", _tgmm_jax)
@@ -168,6 +210,8 @@ gmm_v2_op = _register("gmm_v2", _gmm_v2_jax, cpu=False)
 tgmm_v2_op = _register("tgmm_v2", _tgmm_v2_jax, cpu=False)
 splash_op = _register("splash_attention", _splash_jax)
 splash_bwd_op = _register("splash_attention_bwd", _splash_bwd_jax)
+splash_segments_op = _register("splash_attention_segments", _splash_segments_fwd_jax)
+splash_segments_bwd_op = _register("splash_attention_segments_bwd", _splash_segments_bwd_jax)
 
 
 # ---- Fake kernels that take symbolic sizes (torch.compile(dynamic=True)) -------------------------
@@ -201,6 +245,20 @@ def _splash_bwd_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad: to
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
+@splash_segments_op.register_fake
+def _splash_segments_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_segments: torch.Tensor,
+                          kv_segments: torch.Tensor, sinks: torch.Tensor, causal: bool, window_left: int,
+                          window_right: int, soft_cap: float, use_sinks: bool) -> torch.Tensor:
+    return q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
+
+
+@splash_segments_bwd_op.register_fake
+def _splash_segments_bwd_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_segments: torch.Tensor,
+                              kv_segments: torch.Tensor, sinks: torch.Tensor, grad: torch.Tensor, causal: bool,
+                              window_left: int, window_right: int, soft_cap: float, use_sinks: bool) -> tuple:
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(sinks)
+
+
 # ---- Autograd: upstream's VJPs ------------------------------------------------------------------
 def _gmm_setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
     lhs, rhs, group_sizes, transpose_rhs = inputs
@@ -226,7 +284,22 @@ def _splash_backward(ctx: Any, grad: torch.Tensor) -> tuple:
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
 
 
+def _splash_segments_setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+    q, k, v, q_segments, kv_segments, sinks, *statics = inputs
+    ctx.save_for_backward(q, k, v, q_segments, kv_segments, sinks)
+    ctx.statics = statics
+
+
+def _splash_segments_backward(ctx: Any, grad: torch.Tensor) -> tuple:
+    q, k, v, q_segments, kv_segments, sinks = ctx.saved_tensors
+    dq, dk, dv, dsinks = splash_segments_bwd_op(q, k, v, q_segments, kv_segments, sinks, grad.contiguous(),
+                                                *ctx.statics)
+    return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, dsinks.to(sinks.dtype),
+            None, None, None, None, None)
+
+
 gmm_op.register_autograd(_gmm_backward, setup_context=_gmm_setup)
+splash_segments_op.register_autograd(_splash_segments_backward, setup_context=_splash_segments_setup)
 splash_op.register_autograd(_splash_backward, setup_context=_splash_setup)
 
 
@@ -330,7 +403,8 @@ def tgmm_v2(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor) -> 
 
 
 def splash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
-                     window: tuple[int | None, int | None] | None = None) -> torch.Tensor:
+                     window: tuple[int | None, int | None] | None = None, segment_ids: torch.Tensor | None = None,
+                     soft_cap: float | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Splash attention (upstream's public op), differentiable in q, k and v: softmax(q k^T, masked) v,
     no scaling.
 
@@ -338,7 +412,9 @@ def splash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     multi-query attention; k, v may have fewer heads than q (grouped-query attention). Mask:
     causal (default), full (`causal=False`), or a local window `(left, right)` of tokens each
     side (None: unbounded). Lengths: what the public op takes (multiples of its 128 blocks; it says
-    so otherwise).
+    so otherwise). `segment_ids` (int32 [len], q and k alike) keeps attention within equal ids
+    (padding, packed documents); `soft_cap` caps logits as `cap * tanh(x / cap)`; `sinks` (float
+    [heads], differentiable) adds a per-head sink logit to each softmax denominator.
     """
     _check_tensors("splash_attention", q=q, k=k, v=v)
     _check_float("splash_attention", q=q, k=k, v=v)
@@ -353,5 +429,33 @@ def splash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     left, right = window if window is not None else (None, None)
     if window is not None and (left is None and right is None):
         raise ValueError("tokamax splash_attention: a window needs a left or a right size")
+    if segment_ids is not None or soft_cap is not None or sinks is not None:
+        return _splash_with_segments(q, k, v, causal, left, right, segment_ids, soft_cap, sinks)
     return splash_op(q.contiguous(), k.contiguous(), v.contiguous(), causal,
                      -1 if left is None else int(left), -1 if right is None else int(right))
+
+
+def _splash_with_segments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, left: int | None,
+                          right: int | None, segment_ids: torch.Tensor | None, soft_cap: float | None,
+                          sinks: torch.Tensor | None) -> torch.Tensor:
+    op = "splash_attention"
+    if k.dim() != 3:
+        raise ValueError(f"tokamax {op}: segment ids, soft cap and sinks take k, v as [heads, kv_len, head_dim]")
+    if q.shape[1] != k.shape[1]:
+        raise ValueError(f"tokamax {op}: segment ids need q_len == kv_len, got {q.shape[1]} and {k.shape[1]}")
+    if segment_ids is None:
+        segment_ids = torch.zeros(q.shape[1], dtype=torch.int32, device=q.device)
+    _check_tensors(op, q=q, segment_ids=segment_ids)
+    if segment_ids.dtype != torch.int32 or segment_ids.shape != (q.shape[1],):
+        raise ValueError(f"tokamax {op}: segment_ids must be int32 [{q.shape[1]}], got {segment_ids.dtype} "
+                         f"{tuple(segment_ids.shape)}")
+    if sinks is not None and sinks.shape != (q.shape[0],):
+        raise ValueError(f"tokamax {op}: sinks must be [heads] = [{q.shape[0]}], got {tuple(sinks.shape)}")
+    if soft_cap is not None and not soft_cap > 0:
+        raise ValueError(f"tokamax {op}: soft_cap must be positive, got {soft_cap}")
+    use_sinks = sinks is not None
+    sinks = sinks.to(torch.float32) if use_sinks else torch.zeros(q.shape[0], dtype=torch.float32, device=q.device)
+    return splash_segments_op(q.contiguous(), k.contiguous(), v.contiguous(), segment_ids.contiguous(),
+                              segment_ids.contiguous(), sinks.contiguous(), causal,
+                              -1 if left is None else int(left), -1 if right is None else int(right),
+                              float(soft_cap) if soft_cap is not None else -1.0, use_sinks)

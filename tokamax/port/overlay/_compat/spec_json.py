@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,6 +56,9 @@ def to_json_value(x: Any) -> Any:
         return _shape_string(x)
     if isinstance(x, np.dtype) or (isinstance(x, type) and issubclass(x, np.generic)):
         return np.dtype(x).name
+    if isinstance(x, (jax.sharding.Mesh, jax.sharding.AbstractMesh)):  # meshes: names, sizes and types only
+        return {"axis_names": list(x.axis_names), "axis_sizes": [int(n) for n in x.axis_sizes],
+                "axis_types": [t.name for t in x.axis_types]}
     if isinstance(x, jax.sharding.ManualAxisType):
         return {"varying": list(x.varying), "unreduced": list(x.unreduced), "reduced": list(x.reduced)}
     if hasattr(x, "repr_value_or_total_size"):  # ragged dot GroupSizes
@@ -75,6 +79,41 @@ def to_json_value(x: Any) -> Any:
     return str(x)
 
 
+def _float_text(x: float) -> str:
+    """A float as pydantic's JSON writes it (shortest round-trip digits): `1e-6`, `0.00005`,
+    `2.5e+38`, `1.0`; infinities and NaN as `null`."""
+    if math.isnan(x) or math.isinf(x):
+        return "null"
+    if x == 0:
+        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
+    sign, text = ("-", repr(-x)) if x < 0 else ("", repr(x))
+    mantissa, _, exp = text.partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits = (whole + frac).lstrip("0")
+    point = len(whole) + int(exp or 0) - (len(whole + frac) - len((whole + frac).lstrip("0")))
+    digits = digits.rstrip("0") or "0"
+    if 0 < point <= 16:  # the decimal point falls within or just after the digits
+        if len(digits) <= point:
+            return f"{sign}{digits}{'0' * (point - len(digits))}.0"
+        return f"{sign}{digits[:point]}.{digits[point:]}"
+    if -5 < point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    rest = f".{digits[1:]}" if len(digits) > 1 else ""
+    return f"{sign}{digits[0]}{rest}e{point - 1:+d}"
+
+
+def _write(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, float):
+        return _float_text(value)
+    if isinstance(value, (int, str)):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(str(k))}:{_write(v)}" for k, v in value.items()) + "}"
+    return "[" + ",".join(_write(v) for v in value) + "]"
+
+
 def canonical(value: Any) -> str:
     """Order-independent JSON text of an already JSON-ready value."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
@@ -82,4 +121,4 @@ def canonical(value: Any) -> str:
 
 def dumps(x: Any) -> bytes:
     """Compact JSON bytes of `x` (in argument order), as pydantic's `dump_json` returns."""
-    return json.dumps(to_json_value(x), separators=(",", ":")).encode()
+    return _write(to_json_value(x)).encode()
