@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .cases import CALL_CHIPS, PublicCase, Table
+from .cases import CALL_CHIPS, PublicCase, Table, dims, grad_of_square
 from .keys import shape_dtype
 
 ATTENTION = "_src.ops.attention"
@@ -80,15 +80,7 @@ def _forward(**kw: Any) -> Callable[[Any], Callable[..., Any]]:
 
 
 def _grad(**kw: Any) -> Callable[[Any], Callable[..., Any]]:
-    def build(api: Any) -> Callable[..., Any]:
-        def loss(q: Any, k: Any, v: Any, *rest: Any) -> Any:
-            return jnp.sum(jnp.square(_call(api, (q, k, v, *rest), kw).astype(jnp.float32)))
-        return jax.grad(loss, argnums=(0, 1, 2))
-    return build
-
-
-def _dims(shape: str) -> list[int]:
-    return [int(d) for d in shape[shape.index("[") + 1 : -1].split(",")]
+    return lambda api: grad_of_square(lambda *args: _call(api, args, kw), argnums=(0, 1, 2))
 
 
 def _table_calls(chip: str) -> list[tuple[str, tuple, dict]]:
@@ -104,7 +96,7 @@ def _table_calls(chip: str) -> list[tuple[str, tuple, dict]]:
                  and not key["return_residuals"] and key["q"].startswith("bf16[")
                  and (mask["causal_mask"] is None or mask["causal_mask"] == {"offset": 0, "window_size": None}))
         if plain and len(calls) < TABLE_KEYS:
-            (b, t, n, h), (_, s, kv, _) = _dims(key["q"]), _dims(key["k"])
+            (b, t, n, h), (_, s, kv, _) = dims(key["q"]), dims(key["k"])
             causal = mask["causal_mask"] is not None
             calls.append((f"table-b{b}-{t}x{s}-n{n}kv{kv}h{h}{'-causal' if causal else ''}",
                           _specs(b, t, s, n, kv, h), {"is_causal": causal}))

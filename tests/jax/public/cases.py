@@ -51,6 +51,17 @@ class Table:
         return json.loads((PORTED_TABLES / CHIPS[chip] / f"{self.stem}.json").read_text())["entries"]
 
 
+def dims(shape: str) -> list[int]:
+    """The dimensions of a table's shape string, `bf16[8192,4096]` -> [8192, 4096]."""
+    return [int(d) for d in shape[shape.index("[") + 1 : -1].split(",")]
+
+
+def grad_of_square(fn: Callable[..., Any], argnums: tuple[int, ...]) -> Callable[..., Any]:
+    """Gradients of sum(fn(...)^2) in f32: a loss that uses the output's values, so the forward kernel
+    runs under `jax.grad` too (a linear loss would let XLA drop it)."""
+    return jax.grad(lambda *args: jnp.sum(jnp.square(fn(*args).astype(jnp.float32))), argnums=argnums)
+
+
 def _json_like(value: Any) -> Any:
     if isinstance(value, enum.Enum):  # as `Type.NAME`, so an int where an enum belongs differs
         return f"{type(value).__name__}.{value.name}"

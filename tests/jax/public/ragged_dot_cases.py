@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .cases import CALL_CHIPS, PublicCase, Table
+from .cases import CALL_CHIPS, PublicCase, Table, dims, grad_of_square
 from .ragged_dot_keys import ragged_dot_arguments
 
 IMPLEMENTATIONS = {"mosaic": "pallas_mosaic_tpu_ragged_dot", "mosaic_tpu_v2": "pallas_mosaic_tpu_v2_ragged_dot"}
@@ -41,10 +41,8 @@ def _forward(implementation: str | tuple[str, ...], **kw: Any) -> Callable[[Any]
 def _grad(implementation: str, **kw: Any) -> Callable[[Any], Callable[..., Any]]:
     """Gradients of a loss that uses the output's values (so the forward kernel runs too)."""
     def build(api: Any) -> Callable[..., Any]:
-        def loss(lhs: Any, rhs: Any, sizes: Any) -> Any:
-            out = api.ops.ragged_dot(lhs, rhs, sizes, implementation=implementation, **kw)
-            return jnp.sum(jnp.square(out.astype(jnp.float32)))
-        return jax.grad(loss, argnums=(0, 1))
+        return grad_of_square(lambda lhs, rhs, sizes: api.ops.ragged_dot(
+            lhs, rhs, sizes, implementation=implementation, **kw), argnums=(0, 1))
     return build
 
 
@@ -88,17 +86,13 @@ def table_keys(chip: str, table: Table) -> list[dict]:
     return picked
 
 
-def _dims(shape: str) -> list[int]:
-    return [int(d) for d in shape[shape.index("[") + 1 : -1].split(",")]
-
-
 def cases() -> list[PublicCase]:
     out: list[PublicCase] = []
     for chip in CALL_CHIPS:
         for impl, table in zip(IMPLEMENTATIONS, TABLES, strict=True):
             calls = []
             for key in table_keys(chip, table) if chip in table.chips() else []:
-                (m, k), (g, _, n) = _dims(key["lhs"]), _dims(key["rhs"])
+                (m, k), (g, _, n) = dims(key["lhs"]), dims(key["rhs"])
                 if key["group_sizes"]["total_size"] == m:
                     calls.append((f"table-{m}x{k}x{n}g{g}", _specs(m, k, n, g, key["lhs"][: key["lhs"].index("[")])))
             calls.append(("heuristic-512x256x384g4", _specs(512, 256, 384, 4, "bf16")))

@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .cases import CALL_CHIPS, PublicCase, Table
+from .cases import CALL_CHIPS, PublicCase, Table, dims, grad_of_square
 from .keys import shape_dtype
 
 SPLASH = "_src.ops.experimental.tpu.splash_attention"
@@ -82,15 +81,7 @@ def _forward(**kw: Any) -> Callable[[Any], Callable[..., Any]]:
 
 
 def _grad(**kw: Any) -> Callable[[Any], Callable[..., Any]]:
-    def build(api: Any) -> Callable[..., Any]:
-        def loss(q: Any, k: Any, v: Any) -> Any:
-            return jnp.sum(jnp.square(_call(api, q, k, v, kw).astype(jnp.float32)))
-        return jax.grad(loss, argnums=(0, 1, 2))
-    return build
-
-
-def _dims(shape: str) -> list[int]:
-    return [int(d) for d in shape[shape.index("[") + 1 : -1].split(",")]
+    return lambda api: grad_of_square(lambda q, k, v: _call(api, q, k, v, kw), argnums=(0, 1, 2))
 
 
 def _table_calls(chip: str) -> list[tuple[str, tuple, dict]]:
@@ -103,7 +94,7 @@ def _table_calls(chip: str) -> list[tuple[str, tuple, dict]]:
                  and key["dropout_rate"] == 0.0 and not key["return_residuals"] and not key["is_mqa"]
                  and key["mask"]["bool_mask"] is None and key["attn_logits_soft_cap"] is None)
         if plain and len(calls) < TABLE_KEYS:
-            (h, q_len, d), (kh, kv_len, _) = _dims(key["q"]), _dims(key["k"])
+            (h, q_len, d), (kh, kv_len, _) = dims(key["q"]), dims(key["k"])
             kw = {"mask": "causal"} if key["mask"]["is_causal"] else {}
             calls.append((f"table-h{h}kv{kh}-{q_len}x{kv_len}x{d}", _specs(h, kh, q_len, kv_len, d), kw))
     return calls
