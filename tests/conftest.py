@@ -22,6 +22,21 @@ PORTED = REPO / "torch-ext/tokamax/_ported"
 VARIANT = REPO / "build/torch-tpu"
 
 
+def _kernel_modules() -> tuple[str, ...]:
+    """The kernel package's KERNEL_MODULES, read from its source (importing it would need JAX)."""
+    import ast
+
+    tree = ast.parse((REPO / "torch-ext/tokamax/__init__.py").read_text())
+    for node in tree.body:
+        names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+        if isinstance(node, ast.Assign) and names == ["KERNEL_MODULES"]:
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError("torch-ext/tokamax/__init__.py defines no KERNEL_MODULES")
+
+
+KERNEL_MODULES = _kernel_modules()
+
+
 @pytest.fixture(scope="session")
 def artifact_paths() -> dict[str, Path]:
     """Each recipe artifact's file in the warm cache (fetched by pip if missing), by package."""
