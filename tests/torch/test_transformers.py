@@ -147,3 +147,38 @@ def test_tiny_gpt_oss_matches_eager(tokamax, monkeypatch):
 def test_the_kernel_does_not_offer_a_varlen_function(tokamax):
     """transformers would take the CUDA varlen path for a kernel exporting this name."""
     assert not hasattr(tokamax, "flash_attn_varlen_func")
+
+
+def test_kernelize_swaps_in_the_moe_layer_on_tpu(tokamax, monkeypatch):
+    """`kernels.kernelize(..., device="tpu")` with a mapping to this kernel's `layers.MegaBlocksMoeMLP`
+    replaces GPT-OSS's MoE forward (device given explicitly: this host has no TPU to detect); the
+    model then runs the ragged-dot op and gives the eager model's logits and gradients."""
+    from kernels import LocalLayerRepository, Mode, kernelize, use_kernel_mapping
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    from tests.conftest import VARIANT
+
+    config = GptOssConfig(vocab_size=128, hidden_size=256, intermediate_size=128, num_hidden_layers=1,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=128, num_local_experts=4,
+                          num_experts_per_tok=2, layer_types=["full_attention"], attention_dropout=0.0)
+    torch.manual_seed(0)
+    eager = GptOssForCausalLM(copy.deepcopy(config)).float().train()
+    model = GptOssForCausalLM(copy.deepcopy(config)).float().train()
+    model.load_state_dict(eager.state_dict())
+    mapping = {"MegaBlocksMoeMLP": {"tpu": LocalLayerRepository(VARIANT, layer_name="MegaBlocksMoeMLP")}}
+    with use_kernel_mapping(mapping, inherit_mapping=False):
+        model = kernelize(model, mode=Mode.TRAINING, device="tpu")
+    mlp = model.model.layers[0].mlp
+    assert mlp.forward.__qualname__ == "MegaBlocksMoeMLP.forward" and mlp.forward.__module__.endswith(".layers")
+
+    calls = []
+    original = tokamax.torch_ops.gmm
+    monkeypatch.setattr(tokamax.torch_ops, "gmm", lambda *a, **kw: (calls.append(1), original(*a, **kw))[1])
+    ids = torch.randint(0, 128, (1, 128), generator=torch.Generator().manual_seed(3))
+    out_e, out_k = eager(input_ids=ids, labels=ids), model(input_ids=ids, labels=ids)
+    out_e.loss.backward()
+    out_k.loss.backward()
+    assert len(calls) == 2, "the kernelized layer did not run the ragged-dot op"
+    torch.testing.assert_close(out_k.logits, out_e.logits, **MODEL_TOL)
+    for (name, p_k), (_, p_e) in zip(model.named_parameters(), eager.named_parameters(), strict=True):
+        torch.testing.assert_close(p_k.grad, p_e.grad, **MODEL_TOL, msg=lambda m, n=name: f"{n}: {m}")

@@ -52,7 +52,7 @@ KERNEL_MODULES = (
 # Our modules, also loaded on first use: running the kernels on a CPU host (emulation.py), the
 # public ops with upstream's config choice (ops/) and the Torch ops (torch_ops.py, which needs
 # torch and torch-tpu).
-HELPER_MODULES = ("emulation", "integrations", "ops", "torch_ops")
+HELPER_MODULES = ("emulation", "integrations", "layers", "ops", "torch_ops")
 
 # transformers' entry points (need torch, torch-tpu and transformers): the attention function that
 # `attn_implementation="kernels-community/tokamax:attention"` loads, and the experts registration.
@@ -78,9 +78,9 @@ def __getattr__(name: str) -> ModuleType:
         try:
             module = importlib.import_module(where, __name__)
         except ImportError as e:
-            if name != "torch_ops":
+            if name not in ("torch_ops", "layers"):
                 raise
-            raise ImportError(f"{__name__}.torch_ops needs torch and torch-tpu ({e}); "
+            raise ImportError(f"{__name__}.{name} needs torch and torch-tpu ({e}); "
                               "the JAX kernel modules work without them") from e
         globals()[name] = module
         return module
