@@ -83,23 +83,22 @@ def _grad(**kw: Any) -> Callable[[Any], Callable[..., Any]]:
     return lambda api: grad_of_square(lambda *args: _call(api, args, kw), argnums=(0, 1, 2))
 
 
+def _plain(key: dict) -> bool:
+    mask = key["mask"]
+    return (mask["bool_mask"] is None and mask["q_end"] is None and mask["k_end"] is None and key["bias"] is None
+            and key["logits_soft_cap"] is None
+            and key["precision"] == [["DEFAULT", "DEFAULT"], ["DEFAULT", "DEFAULT"]]
+            and not key["return_residuals"] and key["q"].startswith("bf16[")
+            and mask["causal_mask"] in (None, {"offset": 0, "window_size": None}))
+
+
 def _table_calls(chip: str) -> list[tuple[str, tuple, dict]]:
-    table = TABLES[0]
-    if chip not in table.chips():
-        return []
     calls = []
-    for key, config in table.entries(chip):
-        mask = key["mask"]
-        plain = (config is not None and mask["bool_mask"] is None and mask["q_end"] is None
-                 and mask["k_end"] is None and key["bias"] is None and key["logits_soft_cap"] is None
-                 and key["precision"] == [["DEFAULT", "DEFAULT"], ["DEFAULT", "DEFAULT"]]
-                 and not key["return_residuals"] and key["q"].startswith("bf16[")
-                 and (mask["causal_mask"] is None or mask["causal_mask"] == {"offset": 0, "window_size": None}))
-        if plain and len(calls) < TABLE_KEYS:
-            (b, t, n, h), (_, s, kv, _) = dims(key["q"]), dims(key["k"])
-            causal = mask["causal_mask"] is not None
-            calls.append((f"table-b{b}-{t}x{s}-n{n}kv{kv}h{h}{'-causal' if causal else ''}",
-                          _specs(b, t, s, n, kv, h), {"is_causal": causal}))
+    for key in TABLES[0].tuned_keys(chip, _plain, TABLE_KEYS):
+        (b, t, n, h), (_, s, kv, _) = dims(key["q"]), dims(key["k"])
+        causal = key["mask"]["causal_mask"] is not None
+        calls.append((f"table-b{b}-{t}x{s}-n{n}kv{kv}h{h}{'-causal' if causal else ''}",
+                      _specs(b, t, s, n, kv, h), {"is_causal": causal}))
     return calls
 
 

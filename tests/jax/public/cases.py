@@ -50,6 +50,12 @@ class Table:
     def entries(self, chip: str) -> list[list]:
         return json.loads((PORTED_TABLES / CHIPS[chip] / f"{self.stem}.json").read_text())["entries"]
 
+    def tuned_keys(self, chip: str, plain: Callable[[dict], bool], limit: int) -> list[dict]:
+        """The first `limit` keys (table order) with a tuned config that `plain` accepts; none off-chip."""
+        if chip not in self.chips():
+            return []
+        return [key for key, config in self.entries(chip) if config is not None and plain(key)][:limit]
+
 
 def dims(shape: str) -> list[int]:
     """The dimensions of a table's shape string, `bf16[8192,4096]` -> [8192, 4096]."""

@@ -71,19 +71,14 @@ def _quantized(form: str) -> Callable[[Any], Callable[..., Any]]:
     return build
 
 
-def table_keys(chip: str, table: Table) -> list[dict]:
-    """Keys of plain forward calls with a tuned entry, in table order (first few)."""
-    picked = []
-    for key, config in table.entries(chip):
-        plain = (key["ragged_dot_dimension_numbers"]["dot_dimension_numbers"] == [[[1], [1]], [[], []]]
-                 and key["precision"] == ["DEFAULT", "DEFAULT"] and key["preferred_element_type"] is None
-                 and key["activation"] is None and key["manual_axis_type"] is None
-                 and not key["return_residuals"] and isinstance(key["group_sizes"], dict)
-                 and isinstance(key["lhs"], str) and isinstance(key["rhs"], str)
-                 and key["lhs"].startswith(("bf16[", "f32[")) and key["rhs"][:4] == key["lhs"][:4])
-        if config is not None and plain and len(picked) < TABLE_KEYS_PER_CHIP:
-            picked.append(key)
-    return picked
+def _plain(key: dict) -> bool:
+    """A plain forward call: default dimension numbers and precision, no activation, unquantized."""
+    return (key["ragged_dot_dimension_numbers"]["dot_dimension_numbers"] == [[[1], [1]], [[], []]]
+            and key["precision"] == ["DEFAULT", "DEFAULT"] and key["preferred_element_type"] is None
+            and key["activation"] is None and key["manual_axis_type"] is None
+            and not key["return_residuals"] and isinstance(key["group_sizes"], dict)
+            and isinstance(key["lhs"], str) and isinstance(key["rhs"], str)
+            and key["lhs"].startswith(("bf16[", "f32[")) and key["rhs"][:4] == key["lhs"][:4])
 
 
 def cases() -> list[PublicCase]:
@@ -91,7 +86,7 @@ def cases() -> list[PublicCase]:
     for chip in CALL_CHIPS:
         for impl, table in zip(IMPLEMENTATIONS, TABLES, strict=True):
             calls = []
-            for key in table_keys(chip, table) if chip in table.chips() else []:
+            for key in table.tuned_keys(chip, _plain, TABLE_KEYS_PER_CHIP):
                 (m, k), (g, _, n) = dims(key["lhs"]), dims(key["rhs"])
                 if key["group_sizes"]["total_size"] == m:
                     calls.append((f"table-{m}x{k}x{n}g{g}", _specs(m, k, n, g, key["lhs"][: key["lhs"].index("[")])))

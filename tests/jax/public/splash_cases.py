@@ -84,19 +84,18 @@ def _grad(**kw: Any) -> Callable[[Any], Callable[..., Any]]:
     return lambda api: grad_of_square(lambda q, k, v: _call(api, q, k, v, kw), argnums=(0, 1, 2))
 
 
+def _plain(key: dict) -> bool:
+    return (key["segment_ids"] is None and key["sinks"] is None and key["dropout_rate"] == 0.0
+            and not key["return_residuals"] and not key["is_mqa"] and key["mask"]["bool_mask"] is None
+            and key["attn_logits_soft_cap"] is None)
+
+
 def _table_calls(chip: str) -> list[tuple[str, tuple, dict]]:
-    table = TABLES[0]
-    if chip not in table.chips():
-        return []
     calls = []
-    for key, config in table.entries(chip):
-        plain = (config is not None and key["segment_ids"] is None and key["sinks"] is None
-                 and key["dropout_rate"] == 0.0 and not key["return_residuals"] and not key["is_mqa"]
-                 and key["mask"]["bool_mask"] is None and key["attn_logits_soft_cap"] is None)
-        if plain and len(calls) < TABLE_KEYS:
-            (h, q_len, d), (kh, kv_len, _) = dims(key["q"]), dims(key["k"])
-            kw = {"mask": "causal"} if key["mask"]["is_causal"] else {}
-            calls.append((f"table-h{h}kv{kh}-{q_len}x{kv_len}x{d}", _specs(h, kh, q_len, kv_len, d), kw))
+    for key in TABLES[0].tuned_keys(chip, _plain, TABLE_KEYS):
+        (h, q_len, d), (kh, kv_len, _) = dims(key["q"]), dims(key["k"])
+        kw = {"mask": "causal"} if key["mask"]["is_causal"] else {}
+        calls.append((f"table-h{h}kv{kh}-{q_len}x{kv_len}x{d}", _specs(h, kh, q_len, kv_len, d), kw))
     return calls
 
 
