@@ -200,7 +200,7 @@ def test_the_torch_op_runs_upstreams_tuned_config(ops, tokamax):
     emulation = tokamax.emulation
     with tokamax.ops.config.cross_compile(True), emulation.emulated_chip("v6e"), \
             jax.sharding.use_abstract_mesh(emulation.tpu_mesh("v6e")):
-        text = jax.jit(functools.partial(ops._gmm_jax, transpose_rhs=False)).trace(*specs).lower(
+        text = jax.jit(functools.partial(ops.families["ragged_dot"]._gmm_jax, transpose_rhs=False)).trace(*specs).lower(
             lowering_platforms=("tpu",)).as_text()
     assert text.count("tpu_custom_call") == 1
     assert r"\22tile_m\22:512,\22tile_k\22:4096,\22tile_n\22:1024" in text

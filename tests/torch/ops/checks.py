@@ -1,0 +1,138 @@
+"""Checks every Torch op's tests share: namespace, fake shapes against JAX's own shape inference,
+symbolic-size tracing, one compiled graph for two sizes, the public Op in the TPU lowering, and the
+clear refusal on CPU of ops JAX's interpreter cannot run.
+
+Fake kernels are hand-written per op; `fake_matches_jax` holds them to `jax.eval_shape` of the JAX
+function the op runs, at concrete sizes, so a wrong fake shows up without a TPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import re
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from tests.jax.cases import rng
+
+
+def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32, scale: float = 1.0) -> torch.Tensor:
+    """Seeded normal samples (numpy's generator, as the JAX-side cases use)."""
+    return torch.from_numpy(rng(seed).standard_normal(shape).astype("float32") * scale).to(dtype)
+
+
+def family(ops: ModuleType, name: str) -> ModuleType:
+    """The op-family module `name` of the loaded kernel's torch_ops."""
+    return ops.families[name]
+
+
+def assert_in_build_namespace(tokamax: ModuleType, *custom_ops: Any) -> None:
+    """Each custom op's name carries this build's namespace (kernel-builder's `_ops.py`)."""
+    names = importlib.import_module(f"{tokamax.__name__}._ops")
+    for op in custom_ops:
+        assert op._qualname.split("::")[0] == names._OPS_NAME, op._qualname
+
+
+def _specs(args: Sequence[Any]) -> list[Any]:
+    def spec(a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            return jax.ShapeDtypeStruct(tuple(a.shape), np.dtype(str(a.dtype).removeprefix("torch."))
+                                        if a.dtype != torch.bfloat16 else jax.numpy.bfloat16)
+        return a
+    return [spec(a) for a in args]
+
+
+def fake_matches_jax(ops: ModuleType, custom_op: Any, jax_fn: Callable[..., Any], *args: Any,
+                     chip: str = "v6e") -> Any:
+    """Calls `custom_op` on fake copies of `args` and asserts its output shapes and dtypes equal
+    `jax.eval_shape(jax_fn, ...)` under the emulated `chip`. Returns the fake outputs."""
+    with FakeTensorMode() as mode:
+        fakes = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        out = custom_op(*fakes)
+    statics = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor) and a is not None]
+    emulation = importlib.import_module(f"{ops.__name__.rsplit('.', 1)[0]}.emulation")
+    with emulation.emulated_chip(chip):
+        want = jax.eval_shape(functools.partial(_call_with_statics, jax_fn, statics, args), *[
+            s for i, s in enumerate(_specs(args)) if i not in statics])
+    got_leaves = jax.tree.leaves(out if isinstance(out, (tuple, list)) else (out,))
+    want_leaves = jax.tree.leaves(want)
+    got = [(tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in got_leaves]
+    expected = [(tuple(s.shape), str(s.dtype)) for s in want_leaves]
+    assert got == expected, f"fake kernel gives {got}, the JAX function {expected}"
+    return out
+
+
+def _call_with_statics(fn: Callable[..., Any], statics: list[int], args: Sequence[Any], *dynamic: Any) -> Any:
+    it = iter(dynamic)
+    return fn(*[args[i] if i in statics else next(it) for i in range(len(args))])
+
+
+def traces_symbolically(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
+    """make_fx with symbolic sizes through `fn` (which calls the op): the fake kernels must take SymInts.
+    Returns the graph, whose output sizes are expressions in the input sizes."""
+    graph = make_fx(fn, tracing_mode="symbolic")(*args)
+    outputs = [n for n in graph.graph.nodes if n.op == "output"][0].args[0]
+    sizes = [s for n in jax.tree.leaves(outputs) if hasattr(n, "meta") and "val" in n.meta
+             for s in n.meta["val"].shape]
+    assert any(isinstance(s, torch.SymInt) for s in sizes), f"no symbolic output size in {sizes}"
+    return graph
+
+
+def compiles_once_for_two_sizes(fn: Callable[..., Any], small: Sequence[Any], large: Sequence[Any]
+                                ) -> CompileCounterWithBackend:
+    """torch.compile(fn, dynamic=True, fullgraph=True) called with two argument sets that differ in
+    size: one graph (no recompilation), no graph break at the ops (fullgraph). Pass meta tensors for
+    TPU-only ops: the fake kernels then stand in for the kernel."""
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("eager")
+    compiled = torch.compile(fn, backend=counter, dynamic=True, fullgraph=True)
+    try:
+        compiled(*small)
+        compiled(*large)
+    finally:
+        torch._dynamo.reset()
+    assert counter.frame_count == 1, f"compiled {counter.frame_count} times for two sizes"
+    return counter
+
+
+_PAYLOAD_TYPE = re.compile(r"\\22__type\\22:\\22[A-Za-z0-9_.]*?\.([A-Za-z0-9_]+)\\22")
+
+
+def public_op_classes(ops: ModuleType, jax_fn: Callable[..., Any], *args: Any, chip: str = "v6e") -> set[str]:
+    """Lowers the op's JAX function for TPU on this CPU host (emulated `chip`, abstract mesh,
+    `cross_compile`) and returns the upstream Op classes its profiling payloads name: proof that the
+    Torch op runs upstream's public Op (its config choice), not a raw kernel. Asserts a Mosaic kernel
+    is in the module."""
+    package = ops.__name__.rsplit(".", 1)[0]
+    emulation = importlib.import_module(f"{package}.emulation")
+    config = importlib.import_module(f"{package}.ops").config
+    statics = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor) and a is not None]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(config.cross_compile(True))
+        stack.enter_context(emulation.emulated_chip(chip))
+        stack.enter_context(jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)))
+        text = jax.jit(functools.partial(_call_with_statics, jax_fn, statics, args)).trace(
+            *[s for i, s in enumerate(_specs(args)) if i not in statics]).lower(
+            lowering_platforms=("tpu",)).as_text()
+    assert "tpu_custom_call" in text, "no Mosaic kernel in the TPU lowering"
+    return set(_PAYLOAD_TYPE.findall(text))
+
+
+def refuses_on_cpu(call: Callable[[], Any], op: str) -> None:
+    """A CPU call of a TPU-only op raises NotImplementedError naming the op and the interpreter's limit."""
+    try:
+        call()
+    except NotImplementedError as e:
+        assert f"tokamax {op} runs on TPU only" in str(e) and "interpreter cannot" in str(e), str(e)
+    else:
+        raise AssertionError(f"{op} ran on CPU; it was registered as TPU-only")

@@ -1,0 +1,183 @@
+"""Grouped matmuls on Torch tensors: `gmm`, `tgmm` and `ragged_dot` through upstream's public ragged
+dot (config per chip and shape, the Mosaic kernel or upstream's XLA fallback, autograd through
+upstream's VJP), and `gmm_v2` / `tgmm_v2` on the v2 kernels (TPU only).
+
+Upstream's own Torch `ragged_dot` wraps the v2 Op; ours runs the public `ragged_dot`, as a JAX user's
+call does, which runs on CPU tensors too (the v2 kernels do not run in JAX's interpreter).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import torch
+
+from .. import ops
+from .._ported import gmm_v2 as _gmm_v2
+from . import _checks
+from ._bridge import chip_for_tracing, register
+
+__all__ = ["gmm", "gmm_bwd_op", "gmm_op", "gmm_v2", "gmm_v2_op", "ragged_dot", "tgmm", "tgmm_op", "tgmm_v2",
+           "tgmm_v2_op"]
+
+_GMM = jax.lax.RaggedDotDimensionNumbers((([1], [1]), ([], [])), [0], [0])  # lhs [m, k] x rhs [g, k, n]
+_GMM_T = jax.lax.RaggedDotDimensionNumbers((([1], [2]), ([], [])), [0], [0])  # rhs [g, n, k]
+_TGMM = jax.lax.RaggedDotDimensionNumbers((([0], [0]), ([], [])), [0], [])  # lhs [m, k] x grad [m, n]
+_V2_NO_CPU = "dynamic DMA sizes, DMAs into reshaped refs and SMEM operands"
+
+
+# ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
+def _gmm_public(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, transpose_rhs: bool) -> jax.Array:
+    # lhs and rhs share a dtype (checked), so the output has it without naming it: as a JAX user's call
+    # (and upstream's Torch op) does, which is what upstream's tables are keyed on.
+    return ops.ragged_dot_general(lhs, rhs, group_sizes, _GMM_T if transpose_rhs else _GMM)
+
+
+@chip_for_tracing()
+def _gmm_jax(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, transpose_rhs: bool) -> jax.Array:
+    return _gmm_public(lhs, rhs, group_sizes, transpose_rhs)
+
+
+@chip_for_tracing()
+def _gmm_bwd_jax(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, grad: jax.Array, transpose_rhs: bool
+                 ) -> tuple[jax.Array, jax.Array]:
+    _, vjp = jax.vjp(lambda a, b: _gmm_public(a, b, group_sizes, transpose_rhs), lhs, rhs)
+    return vjp(grad)
+
+
+@chip_for_tracing()
+def _tgmm_jax(lhs: jax.Array, grad: jax.Array, group_sizes: jax.Array) -> jax.Array:
+    return ops.ragged_dot_general(lhs, grad, group_sizes, _TGMM)
+
+
+@chip_for_tracing()
+def _gmm_v2_jax(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, transpose_rhs: bool) -> jax.Array:
+    return _gmm_v2.gmm_v2(lhs, rhs, group_sizes, preferred_element_type=lhs.dtype, transpose_rhs=transpose_rhs)
+
+
+@chip_for_tracing()
+def _tgmm_v2_jax(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array) -> jax.Array:
+    return _gmm_v2.tgmm_v2(lhs, rhs, group_sizes, preferred_element_type=lhs.dtype)
+
+
+gmm_op = register("gmm", _gmm_jax)
+gmm_bwd_op = register("gmm_bwd", _gmm_bwd_jax)
+tgmm_op = register("tgmm", _tgmm_jax)
+gmm_v2_op = register("gmm_v2", _gmm_v2_jax, no_cpu=_V2_NO_CPU)
+tgmm_v2_op = register("tgmm_v2", _tgmm_v2_jax, no_cpu=_V2_NO_CPU)
+
+
+# ---- Fake kernels that take symbolic sizes (torch.compile(dynamic=True)) -----------------------
+@gmm_op.register_fake
+def _gmm_fake(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, transpose_rhs: bool) -> torch.Tensor:
+    return lhs.new_empty((lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]))
+
+
+@gmm_bwd_op.register_fake
+def _gmm_bwd_fake(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, grad: torch.Tensor,
+                  transpose_rhs: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(lhs), torch.empty_like(rhs)
+
+
+@tgmm_op.register_fake
+def _tgmm_fake(lhs: torch.Tensor, grad: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
+    return lhs.new_empty((group_sizes.shape[0], lhs.shape[1], grad.shape[1]))
+
+
+@gmm_v2_op.register_fake
+def _gmm_v2_fake(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, transpose_rhs: bool
+                 ) -> torch.Tensor:
+    return _gmm_fake(lhs, rhs, group_sizes, transpose_rhs)
+
+
+@tgmm_v2_op.register_fake
+def _tgmm_v2_fake(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
+    return _tgmm_fake(lhs, rhs, group_sizes)
+
+
+# ---- Autograd: upstream's VJP ------------------------------------------------------------------
+def _gmm_setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+    lhs, rhs, group_sizes, transpose_rhs = inputs
+    ctx.save_for_backward(lhs, rhs, group_sizes)
+    ctx.transpose_rhs = transpose_rhs
+
+
+def _gmm_backward(ctx: Any, grad: torch.Tensor) -> tuple:
+    lhs, rhs, group_sizes = ctx.saved_tensors
+    dlhs, drhs = gmm_bwd_op(lhs, rhs, group_sizes, grad.contiguous(), ctx.transpose_rhs)
+    return dlhs, drhs, None, None
+
+
+gmm_op.register_autograd(_gmm_backward, setup_context=_gmm_setup)
+
+
+# ---- What users call ---------------------------------------------------------------------------
+def _check_gmm(op: str, lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, transpose_rhs: bool
+               ) -> None:
+    _checks.tensors(op, lhs=lhs, rhs=rhs, group_sizes=group_sizes)
+    _checks.floats(op, lhs=lhs, rhs=rhs)
+    _checks.rank(op, "lhs", lhs, (2,), "[m, k]")
+    _checks.rank(op, "rhs", rhs, (3,), "[groups, n, k]" if transpose_rhs else "[groups, k, n]")
+    k = rhs.shape[2] if transpose_rhs else rhs.shape[1]
+    if lhs.shape[1] != k:
+        raise ValueError(f"tokamax {op}: lhs has k={lhs.shape[1]} columns but rhs has k={k} "
+                         f"(shapes {tuple(lhs.shape)} and {tuple(rhs.shape)}, transpose_rhs={transpose_rhs})")
+    _checks.group_sizes(op, group_sizes, rhs.shape[0])
+
+
+def _check_tgmm(op: str, lhs: torch.Tensor, grad: torch.Tensor, group_sizes: torch.Tensor, grad_name: str) -> None:
+    _checks.tensors(op, lhs=lhs, **{grad_name: grad}, group_sizes=group_sizes)
+    _checks.floats(op, lhs=lhs, **{grad_name: grad})
+    _checks.rank(op, "lhs", lhs, (2,), "[m, k]")
+    _checks.rank(op, grad_name, grad, (2,), "[m, n]")
+    _checks.same(op, "the row counts m", lhs=lhs.shape[0], **{grad_name: grad.shape[0]})
+    if group_sizes.dim() != 1:
+        raise ValueError(f"tokamax {op}: group_sizes must be 1-D, got shape {tuple(group_sizes.shape)}")
+    _checks.group_sizes(op, group_sizes, group_sizes.shape[0])
+
+
+def gmm(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, *, transpose_rhs: bool = False
+        ) -> torch.Tensor:
+    """Grouped matmul: rows of `lhs` in group g times `rhs[g]`; differentiable in lhs and rhs.
+
+    lhs [m, k]; rhs [groups, k, n] ([groups, n, k] with `transpose_rhs`); group_sizes int32
+    [groups], summing to at most m (rows past the sum give zeros). bf16 or f32; any sizes the
+    public op takes (the Mosaic kernel where it takes them, else upstream's XLA fallback).
+    """
+    _check_gmm("gmm", lhs, rhs, group_sizes, transpose_rhs)
+    return gmm_op(lhs.contiguous(), rhs.contiguous(), group_sizes.contiguous(), transpose_rhs)
+
+
+def ragged_dot(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
+    """Upstream's `ragged_dot(lhs, rhs, group_sizes)` on Torch tensors: `gmm` without transposition."""
+    _check_gmm("ragged_dot", lhs, rhs, group_sizes, False)
+    return gmm_op(lhs.contiguous(), rhs.contiguous(), group_sizes.contiguous(), False)
+
+
+def tgmm(lhs: torch.Tensor, grad: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
+    """Per-group `lhs[rows of g].T @ grad[rows of g]`: lhs [m, k], grad [m, n] -> [groups, k, n]."""
+    _check_tgmm("tgmm", lhs, grad, group_sizes, "grad")
+    return tgmm_op(lhs.contiguous(), grad.contiguous(), group_sizes.contiguous())
+
+
+def _check_jax_for_v2(op: str) -> None:
+    from jax.experimental.pallas import tpu as pltpu
+
+    if not hasattr(pltpu, "TensorCoreMesh"):
+        raise RuntimeError(f"tokamax {op} needs jax >= 0.11.1 (pltpu.TensorCoreMesh), this is jax {jax.__version__}")
+
+
+def gmm_v2(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, *, transpose_rhs: bool = False
+           ) -> torch.Tensor:
+    """Grouped matmul with the v2 kernel (TPU only: JAX's interpreter cannot run it on CPU; jax >= 0.11.1)."""
+    _check_jax_for_v2("gmm_v2")
+    _check_gmm("gmm_v2", lhs, rhs, group_sizes, transpose_rhs)
+    return gmm_v2_op(lhs.contiguous(), rhs.contiguous(), group_sizes.contiguous(), transpose_rhs)
+
+
+def tgmm_v2(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
+    """Per-group `lhs_g^T @ rhs_g` with the v2 kernel (TPU only; jax >= 0.11.1): lhs [m, k], rhs [m, n]."""
+    _check_jax_for_v2("tgmm_v2")
+    _check_tgmm("tgmm_v2", lhs, rhs, group_sizes, "rhs")
+    return tgmm_v2_op(lhs.contiguous(), rhs.contiguous(), group_sizes.contiguous())
