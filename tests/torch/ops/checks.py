@@ -55,13 +55,16 @@ def _specs(args: Sequence[Any]) -> list[Any]:
 def fake_matches_jax(ops: ModuleType, custom_op: Any, jax_fn: Callable[..., Any], *args: Any,
                      chip: str = "v6e") -> Any:
     """Calls `custom_op` on fake copies of `args` and asserts its output shapes and dtypes equal
-    `jax.eval_shape(jax_fn, ...)` under the emulated `chip`. Returns the fake outputs."""
+    `jax.eval_shape(jax_fn, ...)` under the emulated `chip` (with `cross_compile`, as the CPU kernel
+    runs). Returns the fake outputs."""
     with FakeTensorMode() as mode:
         fakes = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
         out = custom_op(*fakes)
     statics = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor) and a is not None]
-    emulation = importlib.import_module(f"{ops.__name__.rsplit('.', 1)[0]}.emulation")
-    with emulation.emulated_chip(chip):
+    package = ops.__name__.rsplit(".", 1)[0]
+    emulation = importlib.import_module(f"{package}.emulation")
+    # cross_compile: upstream's Ops refuse the CPU device otherwise ("Not supported on cpu").
+    with emulation.emulated_chip(chip), importlib.import_module(f"{package}.ops").config.cross_compile(True):
         want = jax.eval_shape(functools.partial(_call_with_statics, jax_fn, statics, args), *[
             s for i, s in enumerate(_specs(args)) if i not in statics])
     got_leaves = jax.tree.leaves(out if isinstance(out, (tuple, list)) else (out,))
