@@ -79,6 +79,12 @@ def _chip_info_factory(chip: str):  # noqa: ANN202 - () -> TpuInfo, one object p
     return lambda: info.get_tpu_info_for_chip(version, 1)
 
 
+def current_chip() -> str | None:
+    """The chip an enclosing `emulated_chip` / `interpret_on_cpu` block emulates, else None."""
+    factory = _tpu_info_module().registry.get("cpu")
+    return next((chip for chip in CHIPS if factory is _chip_info_factory(chip)), None)
+
+
 @contextlib.contextmanager
 def emulated_chip(chip: str = DEFAULT_CHIP) -> Iterator[None]:
     """Within the block, `pltpu.get_tpu_info()` on a CPU device describes `chip` (one core)."""

@@ -46,3 +46,47 @@ def test_dlpack_conversion_shares_memory(ops):
     assert ops.to_jax(bf16).unsafe_buffer_pointer() == bf16.data_ptr()
 
 
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(("device_name", "tiles"), [("TPU v5e", (256, 4096, 512)), ("TPU v6e", (512, 4096, 1024))])
+def test_on_a_torch_tpu_host_the_ops_take_the_attached_chips_table(ops, monkeypatch, device_name, tiles):
+    """torch-tpu owns the TPU and exports the op's JAX function for it while JAX itself sees only its CPU.
+    With TPU detection simulated (torch.tpu.get_device_name, as torch-tpu reads the PCI bus), the export
+    torch-tpu makes (jax.export for "tpu", no chip or mesh set by the caller) must run upstream's tuned
+    tiles for that chip at a Mixtral-sized key (DESIGN §5), not the 128-tiles JAX's CPU device would get."""
+    import re
+
+    import jax
+    import jax.numpy as jnp
+
+    bridge = importlib.import_module(f"{ops.__name__}._bridge")
+    monkeypatch.setattr(torch.tpu, "get_device_name", lambda device=None: device_name)
+    bridge.attached_chip.cache_clear()
+    try:
+        assert bridge.attached_chip() == {"TPU v5e": "v5e", "TPU v6e": "v6e"}[device_name]
+        specs = (jax.ShapeDtypeStruct((8192, 4096), jnp.bfloat16),
+                 jax.ShapeDtypeStruct((8, 4096, 14336), jnp.bfloat16), jax.ShapeDtypeStruct((8,), jnp.int32))
+        fn = jax.jit(lambda a, b, g: ops.families["ragged_dot"]._gmm_jax(a, b, g, False))
+        with jax._src.config.export_ignore_forward_compatibility(True):  # as torch-tpu's jax_op exports
+            text = jax.export.export(fn, platforms=["tpu"], disabled_checks=[
+                jax.export.DisabledSafetyCheck.custom_call("ALL")])(*specs).mlir_module()
+    finally:
+        bridge.attached_chip.cache_clear()
+    tile = re.compile(r"tile_m\\22:(\d+),\\22tile_k\\22:(\d+),\\22tile_n\\22:(\d+)")
+    found = {tuple(map(int, t)) for t in tile.findall(text)}
+    assert found == {tiles}
+
+
+@pytest.mark.kernels_ci
+def test_an_unknown_attached_tpu_is_an_error_not_a_guess(ops, monkeypatch):
+    bridge = importlib.import_module(f"{ops.__name__}._bridge")
+    monkeypatch.setattr(torch.tpu, "get_device_name", lambda device=None: "TPU v4")
+    bridge.attached_chip.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match=r"torch-tpu reports 'TPU v4', which none of tokamax's chips"):
+            bridge.attached_chip()
+    finally:
+        monkeypatch.undo()
+        bridge.attached_chip.cache_clear()
+    assert bridge.attached_chip() is None  # this host: no TPU on the PCI bus

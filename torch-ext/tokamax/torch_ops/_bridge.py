@@ -1,7 +1,11 @@
 """How every Torch op here is made: torch-tpu's `jax_op` in this build's namespace, a CPU kernel
 that runs the JAX function in Pallas TPU interpret mode, and the chip that tiling code sees.
 
-- TPU tensors: `jax_op` runs the JAX function on the TPU.
+- TPU tensors: `jax_op` exports the JAX function for the TPU and runs it there. torch-tpu owns the
+  TPU, so JAX itself sees no TPU device (its exports are compile-only): `chip_for_tracing` tells
+  tiling code and upstream's table lookup which chip torch-tpu runs on (`attached_chip`), and lets
+  upstream's Op skip its device check (`cross_compile`), as upstream's own Torch wrappers do by
+  calling the Op's `_fwd`.
 - CPU tensors: the CPU kernel hands the tensors to JAX through DLPack (no copy), runs the function
   in interpret mode for the chip `emulation.cpu_chip()` names (or the op's own chip, for ops
   upstream runs on one chip only), and hands the result back the same way. For checking numerics;
@@ -11,6 +15,7 @@ that runs the JAX function in Pallas TPU interpret mode, and the chip that tilin
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -71,16 +76,47 @@ def register(name: str, jax_fn: Callable[..., Any], *, no_cpu: str | None = None
     return op
 
 
-def chip_for_tracing(chip: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Lets tiling code ask for chip info while tracing on a host without a TPU (fake tensors, CPU).
+# torch-tpu's names for the attached chip (`torch.tpu.get_device_name()`) -> emulation's chips.
+_TORCH_TPU_CHIPS = {"TPU v5e": "v5e", "TPU v5p": "v5p", "TPU v6e": "v6e", "TPU v7": "v7x"}
 
-    On a TPU host the real chip answers; the emulated one (`chip`, default `emulation.cpu_chip()`)
-    only stands in for CPU devices.
+
+@functools.cache
+def attached_chip() -> str | None:
+    """The TPU chip torch-tpu runs on (read from the host's PCI devices, no runtime started), or None
+    when no TPU is attached; a TPU that none of emulation's chips names is an error, not a guess."""
+    tpu = getattr(torch, "tpu", None)
+    name = tpu.get_device_name() if tpu is not None and hasattr(tpu, "get_device_name") else "TPU"
+    if name == "TPU":  # torch-tpu's answer when it finds no TPU it knows
+        return None
+    if name not in _TORCH_TPU_CHIPS:
+        raise RuntimeError(f"tokamax: torch-tpu reports {name!r}, which none of tokamax's chips "
+                           f"({sorted(_TORCH_TPU_CHIPS)}) names; upstream has no kernels tuned for it")
+    return _TORCH_TPU_CHIPS[name]
+
+
+def chip_for_tracing(chip: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Tells tiling code and upstream's Op which TPU chip the JAX function is traced for.
+
+    Where JAX sees a TPU, that chip answers and nothing changes. Elsewhere (torch-tpu's compile-only
+    exports, CPU tensors, fake tensors) upstream's Op may skip its device check (`cross_compile`) and
+    the chip is, in order: the one an enclosing block already emulates (the CPU kernel's, a test's),
+    the one torch-tpu runs on (`attached_chip`), `chip` (an op upstream runs on one chip only), or
+    `emulation.cpu_chip()`. When torch-tpu's TPU is the answer (its export for the TPU), the chip's
+    abstract mesh is set too, so upstream's Op finds that chip's autotuning table.
     """
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            with emulation.emulated_chip(chip or emulation.cpu_chip()):
+            if jax.default_backend() == "tpu":
+                return fn(*args, **kwargs)
+            emulated, attached = emulation.current_chip(), attached_chip()
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(emulation.emulated_chip(emulated or attached or chip or emulation.cpu_chip()))
+                stack.enter_context(ops.config.cross_compile(True))
+                if emulated is None and attached is not None and jax.sharding.get_abstract_mesh().empty:
+                    # torch-tpu's export for its TPU: upstream's Op reads the device kind for its table
+                    # lookup from the abstract mesh (else it sees JAX's CPU and takes its heuristics).
+                    stack.enter_context(jax.sharding.use_abstract_mesh(emulation.tpu_mesh(attached)))
                 return fn(*args, **kwargs)
         return wrapped
     return decorate

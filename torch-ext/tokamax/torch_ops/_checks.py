@@ -25,6 +25,14 @@ def tensors(op: str, **named: torch.Tensor | None) -> None:
         raise ValueError(f"tokamax {op}: all tensors must be on one device, got {where}")
 
 
+def required(op: str, **named: torch.Tensor) -> None:
+    """As `tensors`, for arguments that must be tensors: None is refused too."""
+    for name, t in named.items():
+        if t is None:
+            raise TypeError(f"tokamax {op}: {name} must be a torch.Tensor, got None")
+    tensors(op, **named)
+
+
 def floats(op: str, **named: torch.Tensor) -> None:
     """The named tensors are bfloat16 or float32 and share one dtype."""
     for name, t in named.items():

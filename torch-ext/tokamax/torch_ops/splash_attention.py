@@ -79,7 +79,8 @@ def _splash_segments_bwd_jax(q: jax.Array, k: jax.Array, v: jax.Array, q_segment
                                        window_right, soft_cap, use_sinks)
 
     _, vjp = jax.vjp(fn, q, k, v, sinks)
-    return vjp(grad.astype(q.dtype))
+    dq, dk, dv, dsinks = vjp(grad.astype(q.dtype))
+    return dq, dk, dv, dsinks.astype(sinks.dtype)  # upstream's VJP gives the sinks' gradient in q's dtype
 
 
 splash_op = register("splash_attention", _splash_jax)
@@ -162,7 +163,7 @@ def splash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     [heads], differentiable) adds a per-head sink logit to each softmax denominator.
     """
     op = "splash_attention"
-    _checks.tensors(op, q=q, k=k, v=v)
+    _checks.required(op, q=q, k=k, v=v)
     _checks.floats(op, q=q, k=k, v=v)
     _checks.rank(op, "q", q, (3,), "[heads, q_len, head_dim]")
     _checks.rank(op, "k", k, (2, 3), "[heads, kv_len, head_dim] or [kv_len, head_dim]")

@@ -1,0 +1,151 @@
+"""Linear softmax cross-entropy loss on Torch tensors through upstream's public op
+(`ops.linear_softmax_cross_entropy_loss`, the Mosaic kernels): `loss = reduce(lse(x @ w) - (x @ w)[label])`
+without materialising the logits, and the log-sum-exp per row; autograd in x and w through upstream's VJP.
+
+The kernels build a TensorCore mesh (`pltpu.TensorCoreMesh`, jax >= 0.11.1): with an older jax the op
+says so. With jax >= 0.11.1 CPU tensors run in Pallas TPU interpret mode (one TensorCore); meta tensors
+(shapes only) work with any jax.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import torch
+
+from .. import ops
+from . import _checks
+from ._bridge import chip_for_tracing, register
+
+__all__ = ["linear_softmax_cross_entropy_loss", "linear_softmax_cross_entropy_loss_bwd_op",
+           "linear_softmax_cross_entropy_loss_op"]
+
+REDUCTIONS = ("sum", "mean", "none")
+
+
+def _check_jax(op: str) -> None:
+    from jax.experimental.pallas import tpu as pltpu
+
+    if not hasattr(pltpu, "TensorCoreMesh"):
+        raise RuntimeError(f"tokamax {op} needs jax >= 0.11.1 (pltpu.TensorCoreMesh), this is jax {jax.__version__}")
+
+
+def _on_tensorcores(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Traces `fn` under a one-core abstract CPU mesh where there is no mesh and no TPU device.
+
+    `pltpu.TensorCoreMesh` reads its core count from the abstract mesh's device, else from
+    `jax.devices()[0]`; a CPU device has none. On a TPU, or under a mesh (lowering), nothing changes.
+    """
+    @functools.wraps(fn)
+    def wrapped(*args: Any) -> Any:
+        if not jax.sharding.get_abstract_mesh().empty or hasattr(jax.devices()[0], "num_cores"):
+            return fn(*args)
+        device = jax.sharding.AbstractDevice(device_kind="cpu", num_cores=1, platform="cpu")
+        with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)):
+            return fn(*args)
+    return wrapped
+
+
+def _mosaic_op() -> Any:
+    """The Op instance the public function runs for `implementation="mosaic_tpu"` (upstream's config choice)."""
+    api = importlib.import_module(".._ported._src.ops.linear_softmax_cross_entropy_loss.api", __package__)
+    return api.IMPLEMENTATIONS["mosaic_tpu"]
+
+
+def _loss_public(x: jax.Array, labels: jax.Array, w: jax.Array, reduction: str) -> jax.Array:
+    return ops.linear_softmax_cross_entropy_loss(x, labels, w, reduction=reduction, implementation="mosaic_tpu")
+
+
+# ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
+@chip_for_tracing()
+def _lsce_jax(x: jax.Array, labels: jax.Array, w: jax.Array, reduction: str) -> tuple[jax.Array, jax.Array]:
+    """(loss, lse): the public call's Op with its residual, the per-row log-sum-exp, returned too."""
+    _check_jax("linear_softmax_cross_entropy_loss")
+
+    def run(x: jax.Array, labels: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
+        loss, (lse,) = _mosaic_op()(x, labels, w, reduction=reduction, return_residuals=True)
+        return loss, lse
+
+    return _on_tensorcores(run)(x, labels, w)
+
+
+@chip_for_tracing()
+def _lsce_bwd_jax(x: jax.Array, labels: jax.Array, w: jax.Array, d_loss: jax.Array, reduction: str
+                  ) -> tuple[jax.Array, jax.Array]:
+    """(dx, dw): the VJP of the public call, upstream's backward kernel."""
+    _check_jax("linear_softmax_cross_entropy_loss")
+
+    def run(x: jax.Array, labels: jax.Array, w: jax.Array, d_loss: jax.Array) -> tuple[jax.Array, jax.Array]:
+        _, vjp = jax.vjp(lambda x, w: _loss_public(x, labels, w, reduction), x, w)
+        return vjp(d_loss.astype(jax.numpy.float32))
+
+    return _on_tensorcores(run)(x, labels, w, d_loss)
+
+
+linear_softmax_cross_entropy_loss_op = register("linear_softmax_cross_entropy_loss", _lsce_jax)
+linear_softmax_cross_entropy_loss_bwd_op = register("linear_softmax_cross_entropy_loss_bwd", _lsce_bwd_jax)
+
+
+# ---- Fake kernels that take symbolic sizes ------------------------------------------------------
+@linear_softmax_cross_entropy_loss_op.register_fake
+def _lsce_fake(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, reduction: str
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    loss = x.new_empty((x.shape[0],) if reduction == "none" else (), dtype=torch.float32)
+    return loss, x.new_empty((x.shape[0],), dtype=torch.float32)
+
+
+@linear_softmax_cross_entropy_loss_bwd_op.register_fake
+def _lsce_bwd_fake(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, d_loss: torch.Tensor, reduction: str
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    # upstream's backward kernel gives float32 gradients for bf16 operands too
+    return torch.empty_like(x, dtype=torch.float32), torch.empty_like(w, dtype=torch.float32)
+
+
+# ---- Autograd: upstream's VJP (the loss only; lse is not differentiable, as upstream's op ignores it) ----
+def _lsce_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    x, labels, w, reduction = inputs
+    ctx.save_for_backward(x, labels, w)
+    ctx.reduction = reduction
+    ctx.mark_non_differentiable(output[1])
+
+
+def _lsce_backward(ctx: Any, d_loss: torch.Tensor | None, d_lse: torch.Tensor | None) -> tuple:
+    x, labels, w = ctx.saved_tensors
+    if d_loss is None:
+        return None, None, None, None
+    dx, dw = linear_softmax_cross_entropy_loss_bwd_op(x, labels, w, d_loss.to(torch.float32).contiguous(),
+                                                      ctx.reduction)
+    return dx.to(x.dtype), None, dw.to(w.dtype), None
+
+
+linear_softmax_cross_entropy_loss_op.register_autograd(_lsce_backward, setup_context=_lsce_setup)
+
+
+# ---- What users call ---------------------------------------------------------------------------
+def linear_softmax_cross_entropy_loss(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, *,
+                                      reduction: str = "sum") -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy of `softmax(x @ w)` against `labels`, without the logits in memory; differentiable
+    in x and w. Returns `(loss, lse)`, as upstream's Torch op does.
+
+    x [batch, hidden] and w [hidden, vocab], bf16 or f32 (one dtype); labels int32 [batch], in
+    [0, vocab). `reduction`: "sum" (upstream's default), "mean" or "none" (a loss per row). loss
+    and lse (float32 [batch], the log-sum-exp of each row's logits) are float32; lse is not
+    differentiable. Sizes: what upstream's kernel takes (it tiles every dimension by 128).
+    Needs jax >= 0.11.1 for CPU and TPU tensors.
+    """
+    op = "linear_softmax_cross_entropy_loss"
+    _checks.tensors(op, x=x, labels=labels, w=w)
+    _checks.floats(op, x=x, w=w)
+    _checks.rank(op, "x", x, (2,), "[batch, hidden]")
+    _checks.rank(op, "w", w, (2,), "[hidden, vocab]")
+    _checks.dtype(op, "labels", labels, (torch.int32,))
+    _checks.shape(op, "labels", labels, (x.shape[0],), "[batch]")
+    _checks.same(op, "the hidden sizes", x=x.shape[1], w=w.shape[0])
+    _checks.choice(op, "reduction", reduction, REDUCTIONS)
+    if x.device.type != "meta":  # meta tensors only run the fake kernels, with any jax
+        _check_jax(op)
+    return linear_softmax_cross_entropy_loss_op(x.contiguous(), labels.contiguous(), w.contiguous(), reduction)
