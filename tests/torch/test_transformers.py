@@ -2,9 +2,10 @@
 
 - the attention function (`attn_implementation="kernels-community/tokamax:attention"`) against a
   float64 softmax attention written here: GQA, causal, sliding window, padding, soft cap, sinks;
-- tiny Mixtral- and GPT-OSS-style models built from configs (no weights downloaded): logits and
+- tiny Mixtral, GPT-OSS and Qwen3-MoE models built from configs (no weights downloaded): logits and
   `loss.backward()` gradients with tokamax attention and experts equal the eager model's, for a
-  batch with padding and (GPT-OSS) sliding-window layers.
+  batch with padding and (GPT-OSS) sliding-window layers; a tiny DeepSeek-V3 with tokamax experts
+  (its latent attention stays eager).
 """
 
 from __future__ import annotations
@@ -79,7 +80,9 @@ def _batch(vocab: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def _compare(model_cls, config, tokamax, tol: dict, monkeypatch) -> None:  # noqa: ANN001
+def _compare(model_cls, config, tokamax, tol: dict, monkeypatch, attention: bool = True) -> None:  # noqa: ANN001
+    """Eager against tokamax experts (and, with `attention`, tokamax attention): logits on the valid tokens
+    and every parameter's gradient of the loss; counts that the kernels' Torch ops ran."""
     name = tokamax.register_experts()
     calls = {"gmm": 0, "splash_attention": 0}
     for op in calls:  # count that the tokamax model really runs the kernels' Torch ops
@@ -96,7 +99,7 @@ def _compare(model_cls, config, tokamax, tol: dict, monkeypatch) -> None:  # noq
     ours.load_state_dict(eager.state_dict())
     eager.set_attn_implementation("eager")
     eager.set_experts_implementation("eager")
-    ours.set_attn_implementation("kernels-community/tokamax:attention")
+    ours.set_attn_implementation("kernels-community/tokamax:attention" if attention else "eager")
     ours.set_experts_implementation(name)
     ids, mask = _batch(config.vocab_size, 128)
     labels = ids.masked_fill(mask == 0, -100)
@@ -106,10 +109,12 @@ def _compare(model_cls, config, tokamax, tol: dict, monkeypatch) -> None:  # noq
         out.loss.backward()
         outputs[label] = (out.logits.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()
                                                 if p.grad is not None})
-    assert ours.config._attn_implementation == "kernels-community/tokamax:attention"
+    assert ours.config._attn_implementation == ("kernels-community/tokamax:attention" if attention else "eager")
     assert eager.config._attn_implementation == "eager" and eager.config._experts_implementation == "eager"
     layers = config.num_hidden_layers
-    assert calls == {"gmm": 2 * layers, "splash_attention": 2 * layers}, calls  # 2 sequences, 2 projections
+    moe_layers = layers - getattr(config, "first_k_dense_replace", 0)
+    # 2 sequences per attention layer; 2 projections per MoE layer
+    assert calls == {"gmm": 2 * moe_layers, "splash_attention": 2 * layers if attention else 0}, calls
     (logits_e, grads_e), (logits_t, grads_t) = outputs["eager"], outputs["tokamax"]
     valid = mask.bool()
     torch.testing.assert_close(logits_t[valid], logits_e[valid], **tol)
@@ -142,6 +147,32 @@ def test_tiny_gpt_oss_matches_eager(tokamax, monkeypatch):
                           num_experts_per_tok=2, sliding_window=64, max_position_embeddings=256,
                           layer_types=["sliding_attention", "full_attention"], attention_dropout=0.0)
     _compare(GptOssForCausalLM, config, tokamax, MODEL_TOL, monkeypatch)
+
+
+def test_tiny_qwen3_moe_matches_eager(tokamax, monkeypatch):
+    """Qwen3-MoE: q/k norms, top-k routing with renormalised weights, every layer sparse."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    config = Qwen3MoeConfig(vocab_size=128, hidden_size=256, intermediate_size=256, moe_intermediate_size=128,
+                            num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=128,
+                            num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+                            max_position_embeddings=256, attention_dropout=0.0)
+    _compare(Qwen3MoeForCausalLM, config, tokamax, MODEL_TOL, monkeypatch)
+
+
+def test_tiny_deepseek_v3_experts_match_eager(tokamax, monkeypatch):
+    """DeepSeek-V3: a dense first layer, then routed experts (grouped top-k, shared expert) on tokamax's
+    experts. Attention stays eager on both sides: its multi-head latent attention has value heads
+    narrower than query/key heads (128 vs 192), which splash attention does not take."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    config = DeepseekV3Config(vocab_size=128, hidden_size=256, intermediate_size=256, moe_intermediate_size=128,
+                              num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=2,
+                              num_key_value_heads=2, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                              n_group=2, topk_group=1, kv_lora_rank=64, q_lora_rank=None, qk_rope_head_dim=64,
+                              qk_nope_head_dim=128, v_head_dim=128, max_position_embeddings=256,
+                              attention_dropout=0.0)
+    _compare(DeepseekV3ForCausalLM, config, tokamax, MODEL_TOL, monkeypatch, attention=False)
 
 
 def test_the_kernel_does_not_offer_a_varlen_function(tokamax):
