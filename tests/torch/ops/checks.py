@@ -31,6 +31,16 @@ def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32, scale: flo
     return torch.from_numpy(rng(seed).standard_normal(shape).astype("float32") * scale).to(dtype)
 
 
+def meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A meta tensor (no data): for argument checks and fake kernels."""
+    return torch.zeros(*shape, dtype=dtype, device="meta")
+
+
+def replaced(tensors: Sequence[torch.Tensor], index: int, tensor: torch.Tensor) -> list[torch.Tensor]:
+    """`tensors` with the one at `index` replaced: a good call made bad in one argument."""
+    return [tensor if i == index else t for i, t in enumerate(tensors)]
+
+
 def family(ops: ModuleType, name: str) -> ModuleType:
     """The op-family module `name` of the loaded kernel's torch_ops."""
     return ops.families[name]

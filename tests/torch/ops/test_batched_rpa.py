@@ -11,15 +11,7 @@ import torch
 
 from tests.jax.cases import batched_rpa as cases
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    refuses_on_cpu,
-    traces_symbolically,
-)
+from . import checks
 
 # The op's options after the tensors, in its order, at batched_rpa's defaults.
 _DEFAULTS = {"cp_rank": None, "sm_scale": 1.0, "sliding_window": None, "soft_cap": None, "mask_value": None,
@@ -49,8 +41,8 @@ def test_refuses_cpu_tensors_naming_the_interpreters_limit(ops, tokamax):
     arrays = cases._inputs()  # a decode and a mixed sequence over a scattered paged cache
     tensors = [torch.from_numpy(np.asarray(a, np.float32)).to(torch.bfloat16) if a.dtype != np.int32
                else torch.from_numpy(a) for a in arrays]
-    refuses_on_cpu(lambda: ops.batched_rpa(*tensors, sm_scale=cases.D**-0.5), "batched_rpa")
-    assert_in_build_namespace(tokamax, ops.batched_rpa_op)
+    checks.refuses_on_cpu(lambda: ops.batched_rpa(*tensors, sm_scale=cases.D**-0.5), "batched_rpa")
+    checks.assert_in_build_namespace(tokamax, ops.batched_rpa_op)
 
 
 @pytest.mark.kernels_ci
@@ -64,8 +56,8 @@ def test_fake_matches_jax_shapes(ops, split_cache, options):
     tensors = _tensors()
     if split_cache:
         tensors[3] = tensors[3].unflatten(2, (2, 2))  # [pages, page_size, 2 * kv_heads / 2, 2, head_dim]
-    fake_matches_jax(ops, ops.batched_rpa_op, family(ops, "batched_rpa")._batched_rpa_jax,
-                     *_op_args(tensors, **options))
+    checks.fake_matches_jax(ops, ops.batched_rpa_op, checks.family(ops, "batched_rpa")._batched_rpa_jax,
+                            *_op_args(tensors, **options))
 
 
 @pytest.mark.kernels_ci
@@ -76,9 +68,9 @@ def test_traces_with_symbolic_token_count_and_compiles_once(ops):
 
     # Token counts equal to no other size (duck sizing would tie them to it).
     small, large = _tensors(tokens=24, device="meta"), _tensors(tokens=40, device="meta")
-    graph = traces_symbolically(step, *small)
+    graph = checks.traces_symbolically(step, *small)
     assert "batched_rpa" in graph.code
-    compiles_once_for_two_sizes(step, small, large)
+    checks.compiles_once_for_two_sizes(step, small, large)
     out, cache = ops.batched_rpa(*large)
     assert (out.shape, out.dtype, cache.shape, cache.dtype) == ((40, 4, 128), torch.bfloat16, (8, 16, 4, 128),
                                                                 torch.bfloat16)
@@ -88,7 +80,8 @@ def test_traces_with_symbolic_token_count_and_compiles_once(ops):
 def test_runs_upstreams_public_op(ops):
     # The public JAX case's shapes (tests/jax/public/batched_rpa_cases.py): 64 tokens, GQA 8/2, 4 sequences.
     args = _op_args(_tensors(tokens=64, hq=8, hkv=2, pages=32, seqs=4, per_seq=8), sm_scale=128**-0.5)
-    assert public_op_classes(ops, family(ops, "batched_rpa")._batched_rpa_jax, *args) == {"PallasTpuBatchedRpa"}
+    fn = checks.family(ops, "batched_rpa")._batched_rpa_jax
+    assert checks.public_op_classes(ops, fn, *args) == {"PallasTpuBatchedRpa"}
 
 
 def _with(index: int, tensor: torch.Tensor) -> list[torch.Tensor]:

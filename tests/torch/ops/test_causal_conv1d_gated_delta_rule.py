@@ -11,15 +11,7 @@ import torch
 
 from tests.jax.cases import causal_conv1d_gated_delta_rule as cases
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    refuses_on_cpu,
-    traces_symbolically,
-)
+from . import checks
 
 OP = "causal_conv1d_gated_delta_rule"
 UPSTREAM_OP = "PallasMosaicTpuCausalConv1dGatedDeltaRule"
@@ -63,10 +55,10 @@ MODES = {
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("mode", list(MODES))
 def test_fake_matches_jax_shapes(ops, tokamax, mode):
-    f = family(ops, OP)
+    f = checks.family(ops, OP)
     kw = _args(**MODES[mode])
     with tokamax.ops.config.cross_compile(True):  # upstream's Op refuses a CPU device otherwise
-        conv, rec, out = fake_matches_jax(ops, ops.causal_conv1d_gated_delta_rule_op, f._gdn_jax, *_op_args(kw))
+        conv, rec, out = checks.fake_matches_jax(ops, ops.causal_conv1d_gated_delta_rule_op, f._gdn_jax, *_op_args(kw))
     assert (conv.shape, rec.shape) == (kw["conv_state"].shape, kw["recurrent_state"].shape)
     assert out.shape == (kw["qkv"].shape[0], kw["n_v"] * kw["d_v"]) and out.dtype == kw["qkv"].dtype
 
@@ -91,28 +83,28 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
     def tensors(tokens: int) -> tuple[torch.Tensor, ...]:
         return tuple(v for v in _args(tokens, 2, device="meta").values() if isinstance(v, torch.Tensor))
 
-    graph = traces_symbolically(step, *tensors(16))
+    graph = checks.traces_symbolically(step, *tensors(16))
     assert "causal_conv1d_gated_delta_rule" in graph.code
-    compiles_once_for_two_sizes(step, tensors(16), tensors(40))  # the token count varies; seqs and slots do not
+    checks.compiles_once_for_two_sizes(step, tensors(16), tensors(40))  # the token count varies; seqs and slots do not
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("chip", cases.CHIPS)
 @pytest.mark.parametrize("mode", list(MODES))
 def test_runs_upstreams_op(ops, chip, mode):
-    f = family(ops, OP)
-    assert public_op_classes(ops, f._gdn_jax, *_op_args(_args(**MODES[mode])), chip=chip) == {UPSTREAM_OP}
+    f = checks.family(ops, OP)
+    assert checks.public_op_classes(ops, f._gdn_jax, *_op_args(_args(**MODES[mode])), chip=chip) == {UPSTREAM_OP}
 
 
 @pytest.mark.kernels_ci
 def test_refuses_cpu_tensors_naming_the_interpreter_limit(ops):
     inputs = [torch.from_numpy(x) for x in cases._inputs(False)]
-    refuses_on_cpu(lambda: ops.causal_conv1d_gated_delta_rule(*inputs, **cases.SIZES), OP)
+    checks.refuses_on_cpu(lambda: ops.causal_conv1d_gated_delta_rule(*inputs, **cases.SIZES), OP)
 
 
 @pytest.mark.kernels_ci
 def test_in_build_namespace(ops, tokamax):
-    assert_in_build_namespace(tokamax, ops.causal_conv1d_gated_delta_rule_op)
+    checks.assert_in_build_namespace(tokamax, ops.causal_conv1d_gated_delta_rule_op)
 
 
 def _bad(**change: object) -> dict:

@@ -7,15 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    refuses_on_cpu,
-    traces_symbolically,
-)
+from . import checks
 
 
 def _caches(pages: int = 4, page_size: int = 64, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,17 +21,17 @@ def _indices(n: int = 512, device: str = "cpu") -> torch.Tensor:
 
 @pytest.mark.kernels_ci
 def test_refuses_on_cpu(ops):
-    refuses_on_cpu(lambda: ops.csa_gather(*_caches(), _indices(), top_k=256), "csa_gather")
-    refuses_on_cpu(lambda: ops.csa_gather(*_caches(2, 256), _indices(1024), 512, top_k=512), "csa_gather")
+    checks.refuses_on_cpu(lambda: ops.csa_gather(*_caches(), _indices(), top_k=256), "csa_gather")
+    checks.refuses_on_cpu(lambda: ops.csa_gather(*_caches(2, 256), _indices(1024), 512, top_k=512), "csa_gather")
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("num_valid", [False, True])
 def test_fakes_match_jax_shapes(ops, tokamax, num_valid):
-    f = family(ops, "csa_gather")
+    f = checks.family(ops, "csa_gather")
     valid = torch.zeros(1, dtype=torch.int32) if num_valid else None
     with tokamax.ops.config.cross_compile(True):  # upstream's Op refuses a CPU device unless cross-compiling
-        fake_matches_jax(ops, ops.csa_gather_op, f._csa_gather_jax, *_caches(2, 256), _indices(1024), valid, 512)
+        checks.fake_matches_jax(ops, ops.csa_gather_op, f._csa_gather_jax, *_caches(2, 256), _indices(1024), valid, 512)
 
 
 @pytest.mark.kernels_ci
@@ -48,8 +40,8 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
         return ops.csa_gather(nope, rope, indices, 256, top_k=256)
 
     caches = _caches(device="meta")
-    traces_symbolically(step, *caches, _indices(512, "meta"))
-    compiles_once_for_two_sizes(step, (*caches, _indices(512, "meta")), (*caches, _indices(1024, "meta")))
+    checks.traces_symbolically(step, *caches, _indices(512, "meta"))
+    checks.compiles_once_for_two_sizes(step, (*caches, _indices(512, "meta")), (*caches, _indices(1024, "meta")))
 
 
 @pytest.mark.kernels_ci
@@ -60,13 +52,13 @@ def test_takes_num_valid_indices_as_an_int(ops):
 
 @pytest.mark.kernels_ci
 def test_runs_upstreams_public_op(ops):
-    f = family(ops, "csa_gather")
-    assert public_op_classes(ops, f._csa_gather_jax, *_caches(), _indices(), None, 256) == {"PallasTpuCsaGather"}
+    f = checks.family(ops, "csa_gather")
+    assert checks.public_op_classes(ops, f._csa_gather_jax, *_caches(), _indices(), None, 256) == {"PallasTpuCsaGather"}
 
 
 @pytest.mark.kernels_ci
 def test_in_build_namespace(ops, tokamax):
-    assert_in_build_namespace(tokamax, ops.csa_gather_op)
+    checks.assert_in_build_namespace(tokamax, ops.csa_gather_op)
 
 
 def _call(nope=None, rope=None, indices=None, num_valid=None, top_k=256):  # noqa: ANN001, ANN202

@@ -14,15 +14,7 @@ import torch
 
 from tests.jax.cases import rng
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    randn,
-    traces_symbolically,
-)
+from . import checks
 
 CHIP = "v7x"
 # bf16 results: the kernel rotates in f32 and rounds once to bf16, at most half a bf16 ulp (2^-8 relative)
@@ -37,7 +29,7 @@ def _inputs(shape: tuple[int, ...], dtype: torch.dtype, seed: int, rotary_dim: i
     """(x, positions, cos_sin_cache) as DeepSeek-V4 lays them out: `[cos | sin]` rows of random angles."""
     r = rng(seed + 1000)
     positions = torch.from_numpy(r.integers(0, max_pos, size=(shape[0],)).astype(np.int32))
-    return randn(*shape, seed=seed, dtype=dtype), positions, _cos_sin_cache(max_pos, rotary_dim, seed)
+    return checks.randn(*shape, seed=seed, dtype=dtype), positions, _cos_sin_cache(max_pos, rotary_dim, seed)
 
 
 def _cos_sin_cache(max_pos: int, rotary_dim: int, seed: int) -> torch.Tensor:
@@ -124,18 +116,18 @@ def test_rope_quant(ops, shape, dtype, quant_dtype):
 # ---- The shared checks --------------------------------------------------------------------------
 @pytest.mark.kernels_ci
 def test_fakes_match_jax_shapes(ops, tokamax):
-    f = family(ops, "deepseek_rope")
+    f = checks.family(ops, "deepseek_rope")
     x, positions, cache = torch.zeros(16, 4, 256), torch.zeros(16, dtype=torch.int32), torch.zeros(64, 64)
-    fake_matches_jax(ops, ops.deepseek_rope_op, f._rope_jax, x, positions, cache, "rope", True, 1e-6, chip=CHIP)
-    fake_matches_jax(ops, ops.deepseek_rope_op, f._rope_jax, x.bfloat16(), positions, cache, "qnorm_rope", False,
-                     1e-6, chip=CHIP)
+    checks.fake_matches_jax(ops, ops.deepseek_rope_op, f._rope_jax, x, positions, cache, "rope", True, 1e-6, chip=CHIP)
+    checks.fake_matches_jax(ops, ops.deepseek_rope_op, f._rope_jax, x.bfloat16(), positions, cache, "qnorm_rope", False,
+                            1e-6, chip=CHIP)
     xq = torch.zeros(16, 8, 128, dtype=torch.bfloat16)
     for quant_dtype in ("float8_e4m3fn", "float8_e5m2"):
-        fake_matches_jax(ops, ops.deepseek_rope_quant_op, f._rope_quant_jax, xq, positions, cache, False,
-                         quant_dtype, chip=CHIP)
-    fake_matches_jax(ops, ops.deepseek_rope_quant_op, f._rope_quant_jax, torch.zeros(128, 128),
-                     torch.zeros(128, dtype=torch.int32), cache, False, "float8_e4m3fn", chip=CHIP)
-    assert_in_build_namespace(tokamax, ops.deepseek_rope_op, ops.deepseek_rope_quant_op)
+        checks.fake_matches_jax(ops, ops.deepseek_rope_quant_op, f._rope_quant_jax, xq, positions, cache, False,
+                                quant_dtype, chip=CHIP)
+    checks.fake_matches_jax(ops, ops.deepseek_rope_quant_op, f._rope_quant_jax, torch.zeros(128, 128),
+                            torch.zeros(128, dtype=torch.int32), cache, False, "float8_e4m3fn", chip=CHIP)
+    checks.assert_in_build_namespace(tokamax, ops.deepseek_rope_op, ops.deepseek_rope_quant_op)
 
 
 @pytest.mark.kernels_ci
@@ -151,21 +143,21 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops, mode):
         return (torch.zeros(tokens, 4, head_dim, dtype=torch.bfloat16, device="meta"),
                 torch.zeros(tokens, dtype=torch.int32, device="meta"), torch.zeros(64, 64, device="meta"))
 
-    traces_symbolically(step, *args(24))
-    compiles_once_for_two_sizes(step, args(24), args(40))
+    checks.traces_symbolically(step, *args(24))
+    checks.compiles_once_for_two_sizes(step, args(24), args(40))
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("mode", ["rope", "qnorm_rope", "rope_quant"])
 def test_runs_upstreams_public_op(ops, mode):
-    f = family(ops, "deepseek_rope")
+    f = checks.family(ops, "deepseek_rope")
     positions, cache = torch.zeros(16, dtype=torch.int32), torch.zeros(64, 64)
     if mode == "rope_quant":
         args = (f._rope_quant_jax, torch.zeros(16, 8, 128, dtype=torch.bfloat16), positions, cache, False,
                 "float8_e4m3fn")
     else:
         args = (f._rope_jax, torch.zeros(16, 4, 256, dtype=torch.bfloat16), positions, cache, mode, False, 1e-6)
-    assert public_op_classes(ops, *args, chip=CHIP) == {"PallasTpuDeepseekRope"}
+    assert checks.public_op_classes(ops, *args, chip=CHIP) == {"PallasTpuDeepseekRope"}
 
 
 # ---- Argument checks ----------------------------------------------------------------------------

@@ -11,15 +11,7 @@ import torch
 
 from tests.jax.cases import dsv4_compressor as cases
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    refuses_on_cpu,
-    traces_symbolically,
-)
+from . import checks
 
 OP = "dsv4_compressor"
 CHIP = "v7x"
@@ -54,7 +46,7 @@ TOKENS = {"csa": 8, "indexer": 8, "hca": 4}
 
 def _op_call(ops, mode: str, tokens: int) -> tuple:
     """(custom op, its JAX function, its positional arguments) for `mode`."""
-    f = family(ops, OP)
+    f = checks.family(ops, OP)
     t, o = _tensors(mode, tokens), OPTIONS[mode]
     head = (t["cache"], t["positions"], t["block_table"], t["token_to_req_indices"], t["kv_slot_mapping"],
             t["rms_weight"], t["cos_sin_cache"], t.get("state_cache"))
@@ -71,7 +63,7 @@ def _op_call(ops, mode: str, tokens: int) -> tuple:
 def test_fake_matches_jax_shapes(ops, tokamax, mode):
     custom_op, jax_fn, args = _op_call(ops, mode, TOKENS[mode])
     with tokamax.ops.config.cross_compile(True):  # upstream's Op refuses a CPU device otherwise
-        out = fake_matches_jax(ops, custom_op, jax_fn, *args, chip=CHIP)
+        out = checks.fake_matches_jax(ops, custom_op, jax_fn, *args, chip=CHIP)
     caches = out if mode == "csa" else (out,)
     assert [c.shape for c in caches] == [args[0].shape] + ([args[8].shape] if mode == "csa" else [])
 
@@ -107,16 +99,16 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops, mode):
     def tensors(tokens: int) -> tuple[torch.Tensor, ...]:
         return tuple(_tensors(mode, tokens, device="meta").values())
 
-    graph = traces_symbolically(step, *tensors(8))
+    graph = checks.traces_symbolically(step, *tensors(8))
     assert f"{OP}_csa" in graph.code if mode == "csa" else f"{OP}.default" in graph.code
-    compiles_once_for_two_sizes(step, tensors(8), tensors(12))  # the token count varies
+    checks.compiles_once_for_two_sizes(step, tensors(8), tensors(12))  # the token count varies
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("mode", list(OPTIONS))
 def test_runs_upstreams_public_op(ops, mode):
     _, jax_fn, args = _op_call(ops, mode, TOKENS[mode])
-    assert public_op_classes(ops, jax_fn, *args, chip=CHIP) == {UPSTREAM_OP}
+    assert checks.public_op_classes(ops, jax_fn, *args, chip=CHIP) == {UPSTREAM_OP}
 
 
 @pytest.mark.kernels_ci
@@ -125,13 +117,13 @@ def test_refuses_cpu_tensors_naming_the_interpreter_limit(ops):
         *head, last = (torch.from_numpy(x) for x in inputs)  # ..., cos_sin_cache, then rope or state cache
         ops.dsv4_compressor(*head, **{extra: last}, **options)
 
-    refuses_on_cpu(lambda: call(cases._csa_inputs(0), cases._CSA, "rope_cache"), "dsv4_compressor_csa")
-    refuses_on_cpu(lambda: call(cases._hca_inputs(0), cases._HCA, "state_cache"), OP)
+    checks.refuses_on_cpu(lambda: call(cases._csa_inputs(0), cases._CSA, "rope_cache"), "dsv4_compressor_csa")
+    checks.refuses_on_cpu(lambda: call(cases._hca_inputs(0), cases._HCA, "state_cache"), OP)
 
 
 @pytest.mark.kernels_ci
 def test_in_build_namespace(ops, tokamax):
-    assert_in_build_namespace(tokamax, ops.dsv4_compressor_op, ops.dsv4_compressor_csa_op)
+    checks.assert_in_build_namespace(tokamax, ops.dsv4_compressor_op, ops.dsv4_compressor_csa_op)
 
 
 def _bad(mode: str, **change: object) -> dict:

@@ -8,25 +8,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    randn,
-    traces_symbolically,
-)
+from . import checks
 
 # as tests/jax/cases/fused_moe.py
 TOKENS, HIDDEN, INTER, EXPERTS = 32, 256, 256, 4
 
 
 def _operands(tokens: int = TOKENS, x_dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, ...]:
-    x = randn(tokens, HIDDEN, seed=1, dtype=x_dtype)
-    w1 = randn(EXPERTS, HIDDEN, 2 * INTER, seed=2, scale=1 / 16, dtype=torch.bfloat16)
-    w2 = randn(EXPERTS, INTER, HIDDEN, seed=3, scale=1 / 16, dtype=torch.bfloat16)
-    gating = randn(tokens, EXPERTS, seed=4)
+    x = checks.randn(tokens, HIDDEN, seed=1, dtype=x_dtype)
+    w1 = checks.randn(EXPERTS, HIDDEN, 2 * INTER, seed=2, scale=1 / 16, dtype=torch.bfloat16)
+    w2 = checks.randn(EXPERTS, INTER, HIDDEN, seed=3, scale=1 / 16, dtype=torch.bfloat16)
+    gating = checks.randn(tokens, EXPERTS, seed=4)
     return x, w1, w2, gating
 
 
@@ -69,7 +61,8 @@ def _reference(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, gating: torc
 
 def test_bf16_weights_with_biases_match_torch(ops):
     x, w1, w2, gating = _operands()
-    w1_bias, w2_bias = randn(EXPERTS, 1, 2 * INTER, seed=5, scale=0.25), randn(EXPERTS, 1, HIDDEN, seed=6, scale=0.25)
+    w1_bias = checks.randn(EXPERTS, 1, 2 * INTER, seed=5, scale=0.25)
+    w2_bias = checks.randn(EXPERTS, 1, HIDDEN, seed=6, scale=0.25)
     out = ops.fused_moe(x, w1, w2, gating, w1_bias=w1_bias, w2_bias=w2_bias)
     want = _reference(x, w1, w2, gating, w1_bias=w1_bias, w2_bias=w2_bias)
     # bf16 rows and weights (the reference takes the same values), f32 accumulation; the kernel rounds the
@@ -103,15 +96,15 @@ def test_f32_rows_top1_and_gpt_oss_activation_match_torch(ops):
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("quantized", [False, True])
 def test_fake_matches_jax_shapes(ops, tokamax, quantized):
-    f = family(ops, "fused_moe")
+    f = checks.family(ops, "fused_moe")
     x, w1, w2, gating = (torch.zeros_like(t) for t in _operands(tokens=48))
     scales, biases = (None, None), (None, torch.zeros(EXPERTS, 1, HIDDEN))
     if quantized:
         w1, w2 = w1.to(torch.float8_e4m3fn), w2.to(torch.float8_e4m3fn)
         scales = (torch.zeros(EXPERTS, 2 * INTER), torch.zeros(EXPERTS, HIDDEN))
     with tokamax.ops.config.cross_compile(True):  # upstream's Op refuses a CPU device unless cross-compiling
-        fake_matches_jax(ops, ops.fused_moe_op, f._fused_moe_jax, x, w1, w2, gating, *scales, *biases, 2, True,
-                         "silu")
+        checks.fake_matches_jax(ops, ops.fused_moe_op, f._fused_moe_jax, x, w1, w2, gating, *scales, *biases, 2, True,
+                                "silu")
 
 
 @pytest.mark.kernels_ci
@@ -122,21 +115,21 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
     def args(tokens: int) -> tuple[torch.Tensor, ...]:
         return tuple(t.to("meta") for t in _operands(tokens))
 
-    traces_symbolically(step, *args(32))
-    compiles_once_for_two_sizes(step, args(32), args(48))
+    checks.traces_symbolically(step, *args(32))
+    checks.compiles_once_for_two_sizes(step, args(32), args(48))
 
 
 @pytest.mark.kernels_ci
 def test_runs_upstreams_public_op(ops):
-    f = family(ops, "fused_moe")
+    f = checks.family(ops, "fused_moe")
     x, w1, w2, gating = (torch.zeros_like(t) for t in _operands())
-    assert public_op_classes(ops, f._fused_moe_jax, x, w1, w2, gating, None, None, None, None, 2, True,
-                             "silu") == {"PallasMosaicTpuFusedMoe"}
+    assert checks.public_op_classes(ops, f._fused_moe_jax, x, w1, w2, gating, None, None, None, None, 2, True,
+                                    "silu") == {"PallasMosaicTpuFusedMoe"}
 
 
 @pytest.mark.kernels_ci
 def test_in_build_namespace(ops, tokamax):
-    assert_in_build_namespace(tokamax, ops.fused_moe_op)
+    checks.assert_in_build_namespace(tokamax, ops.fused_moe_op)
 
 
 def _call(**kw):  # noqa: ANN003, ANN202

@@ -14,15 +14,7 @@ import torch
 
 from tests.jax.cases import rng
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    randn,
-    traces_symbolically,
-)
+from . import checks
 from .test_deepseek_rope import _inputs as _rope_inputs
 from .test_deepseek_rope import _rope_ref
 
@@ -34,7 +26,7 @@ FP8_MAX = 448.0
 def _inputs(tokens: int, groups: int, rank: int, head_dim: int, rotary_dim: int, seed: int) -> tuple:
     x, positions, cache = _rope_inputs((tokens, groups * HEADS_PER_GROUP, head_dim), torch.bfloat16, seed,
                                        rotary_dim=rotary_dim)
-    wo_a = randn(HEADS_PER_GROUP * head_dim, groups * rank, seed=seed + 1).to(torch.float8_e4m3fn)
+    wo_a = checks.randn(HEADS_PER_GROUP * head_dim, groups * rank, seed=seed + 1).to(torch.float8_e4m3fn)
     scale = torch.from_numpy(rng(seed + 2).uniform(0.5, 1.5, size=groups * rank).astype(np.float32))
     return x, positions, cache, wo_a, scale
 
@@ -98,11 +90,11 @@ def _meta_args(tokens: int, device: str = "meta") -> tuple[torch.Tensor, ...]:
 
 @pytest.mark.kernels_ci
 def test_fakes_match_jax_shapes(ops, tokamax):
-    f = family(ops, "grouped_lowrank_proj")
+    f = checks.family(ops, "grouped_lowrank_proj")
     for inverse, quantize in ((True, True), (False, False)):
-        fake_matches_jax(ops, ops.grouped_lowrank_proj_op, f._proj_jax, *_meta_args(32, "cpu"), inverse, quantize,
-                         chip=CHIP)
-    assert_in_build_namespace(tokamax, ops.grouped_lowrank_proj_op)
+        checks.fake_matches_jax(ops, ops.grouped_lowrank_proj_op, f._proj_jax, *_meta_args(32, "cpu"), inverse,
+                                quantize, chip=CHIP)
+    checks.assert_in_build_namespace(tokamax, ops.grouped_lowrank_proj_op)
 
 
 @pytest.mark.kernels_ci
@@ -110,15 +102,15 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
     def step(*args: torch.Tensor) -> torch.Tensor:
         return ops.grouped_lowrank_proj(*args)
 
-    traces_symbolically(step, *_meta_args(32))
-    compiles_once_for_two_sizes(step, _meta_args(32), _meta_args(48))
+    checks.traces_symbolically(step, *_meta_args(32))
+    checks.compiles_once_for_two_sizes(step, _meta_args(32), _meta_args(48))
 
 
 @pytest.mark.kernels_ci
 def test_runs_upstreams_public_op(ops):
-    f = family(ops, "grouped_lowrank_proj")
-    assert public_op_classes(ops, f._proj_jax, *_meta_args(32, "cpu"), True, True,
-                             chip=CHIP) == {"PallasTpuGroupedLowrankProj"}
+    f = checks.family(ops, "grouped_lowrank_proj")
+    assert checks.public_op_classes(ops, f._proj_jax, *_meta_args(32, "cpu"), True, True,
+                                    chip=CHIP) == {"PallasTpuGroupedLowrankProj"}
 
 
 # ---- Argument checks ----------------------------------------------------------------------------

@@ -17,15 +17,8 @@ import torch
 
 from tests.jax.cases import lightning_indexer as cases
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    refuses_on_cpu,
-    traces_symbolically,
-)
+from . import checks
+from .checks import meta
 
 _TRACES = hasattr(importlib.import_module("jax.experimental.mosaic"), "OptLevel")
 _NO_TRACE = (f"jax {jax.__version__} cannot trace upstream's SparseCore top-k (no jax.experimental.mosaic.OptLevel; "
@@ -58,16 +51,17 @@ def _case_tensors() -> list[torch.Tensor]:
 @pytest.mark.kernels_ci
 def test_refuses_cpu_tensors_naming_the_interpreters_limit(ops, tokamax):
     tensors = _case_tensors()
-    refuses_on_cpu(lambda: ops.lightning_indexer_op(*_op_args(tensors, cases.TOPK)), "lightning_indexer")
-    refuses_on_cpu(lambda: ops.lightning_indexer_scores_op(*_op_args(tensors, cases.TOPK)), "lightning_indexer_scores")
+    checks.refuses_on_cpu(lambda: ops.lightning_indexer_op(*_op_args(tensors, cases.TOPK)), "lightning_indexer")
+    checks.refuses_on_cpu(lambda: ops.lightning_indexer_scores_op(*_op_args(tensors, cases.TOPK)),
+                          "lightning_indexer_scores")
     if _TRACES:
-        refuses_on_cpu(lambda: ops.lightning_indexer(*tensors, cases.TOPK), "lightning_indexer")
+        checks.refuses_on_cpu(lambda: ops.lightning_indexer(*tensors, cases.TOPK), "lightning_indexer")
     else:  # the function names the jax it needs before the op refuses CPU tensors
         with pytest.raises(RuntimeError, match=r"lightning_indexer needs jax >= 0.11.1 "
                                                r"\(jax.experimental.mosaic.OptLevel, for its SparseCore top-k\), "
                                                rf"this is jax {jax.__version__}"):
             ops.lightning_indexer(*tensors, cases.TOPK)
-    assert_in_build_namespace(tokamax, ops.lightning_indexer_op, ops.lightning_indexer_scores_op)
+    checks.assert_in_build_namespace(tokamax, ops.lightning_indexer_op, ops.lightning_indexer_scores_op)
 
 
 @pytest.mark.kernels_ci
@@ -82,10 +76,12 @@ def test_fakes_give_upstreams_output_shapes(ops):
 @pytest.mark.kernels_ci
 @pytest.mark.skipif(not _TRACES, reason=_NO_TRACE)
 def test_fakes_match_jax_shapes(ops):
-    f = family(ops, "lightning_indexer")
-    fake_matches_jax(ops, ops.lightning_indexer_op, f._lightning_indexer_jax, *_op_args(_tensors(), 32), chip="v7x")
-    fake_matches_jax(ops, ops.lightning_indexer_scores_op, f._lightning_indexer_scores_jax,
-                     *_op_args(_tensors(tokens=32, heads=16, pages=16, seqs=4), 64, compression_ratio=4), chip="v7x")
+    f = checks.family(ops, "lightning_indexer")
+    checks.fake_matches_jax(ops, ops.lightning_indexer_op, f._lightning_indexer_jax, *_op_args(_tensors(), 32),
+                            chip="v7x")
+    checks.fake_matches_jax(ops, ops.lightning_indexer_scores_op, f._lightning_indexer_scores_jax,
+                            *_op_args(_tensors(tokens=32, heads=16, pages=16, seqs=4), 64, compression_ratio=4),
+                            chip="v7x")
 
 
 @pytest.mark.kernels_ci
@@ -97,44 +93,38 @@ def test_traces_with_symbolic_token_count_and_compiles_once(ops):
 
     # Token counts equal to no other size (duck sizing would tie them to it).
     small, large = _tensors(tokens=24, device="meta"), _tensors(tokens=40, device="meta")
-    graph = traces_symbolically(step, *small)
+    graph = checks.traces_symbolically(step, *small)
     assert "lightning_indexer" in graph.code and "lightning_indexer_scores" in graph.code
-    compiles_once_for_two_sizes(step, small, large)
+    checks.compiles_once_for_two_sizes(step, small, large)
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.skipif(not _TRACES, reason=_NO_TRACE)
 def test_runs_upstreams_public_op(ops):
-    f = family(ops, "lightning_indexer")
-    assert public_op_classes(ops, f._lightning_indexer_jax, *_op_args(_tensors(), 32), chip="v7x") == {
+    f = checks.family(ops, "lightning_indexer")
+    assert checks.public_op_classes(ops, f._lightning_indexer_jax, *_op_args(_tensors(), 32), chip="v7x") == {
         "PallasTpuLightningIndexer"}
 
 
 def _with(index: int, tensor: torch.Tensor) -> list[torch.Tensor]:
-    tensors = _tensors(device="meta")
-    tensors[index] = tensor
-    return tensors
-
-
-def _meta(*shape: int, dtype: torch.dtype) -> torch.Tensor:
-    return torch.zeros(*shape, dtype=dtype, device="meta")
+    return checks.replaced(_tensors(device="meta"), index, tensor)
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize(("args", "kwargs", "error", "message"), [
-    (_with(0, _meta(16, 8, 128, dtype=torch.float16)), {}, TypeError, "q must be bfloat16 or float32"),
-    (_with(0, _meta(16, 8, dtype=torch.bfloat16)), {}, ValueError, "q must be [tokens, heads, head_dim]"),
-    (_with(1, _meta(16, 4, dtype=torch.bfloat16)), {}, ValueError,
+    (_with(0, meta(16, 8, 128, dtype=torch.float16)), {}, TypeError, "q must be bfloat16 or float32"),
+    (_with(0, meta(16, 8, dtype=torch.bfloat16)), {}, ValueError, "q must be [tokens, heads, head_dim]"),
+    (_with(1, meta(16, 4, dtype=torch.bfloat16)), {}, ValueError,
      "indexer_weights must be [tokens, heads] = [16, 8], got shape (16, 4)"),
-    (_with(1, _meta(16, 8, dtype=torch.int32)), {}, TypeError, "indexer_weights must be bfloat16 or float32"),
-    (_with(2, _meta(8, 32, 4, 256, dtype=torch.int8)), {}, TypeError, "cache_kv must be uint8, got torch.int8"),
-    (_with(2, _meta(8, 128, 256, dtype=torch.uint8)), {}, ValueError, "cache_kv must be [pages, page_size / 4, 4,"),
-    (_with(3, _meta(2, dtype=torch.int64)), {}, TypeError, "seq_lens must be int32, got torch.int64"),
-    (_with(4, _meta(2, 4, dtype=torch.int32)), {}, ValueError,
+    (_with(1, meta(16, 8, dtype=torch.int32)), {}, TypeError, "indexer_weights must be bfloat16 or float32"),
+    (_with(2, meta(8, 32, 4, 256, dtype=torch.int8)), {}, TypeError, "cache_kv must be uint8, got torch.int8"),
+    (_with(2, meta(8, 128, 256, dtype=torch.uint8)), {}, ValueError, "cache_kv must be [pages, page_size / 4, 4,"),
+    (_with(3, meta(2, dtype=torch.int64)), {}, TypeError, "seq_lens must be int32, got torch.int64"),
+    (_with(4, meta(2, 4, dtype=torch.int32)), {}, ValueError,
      "page_indices must be [max_num_seqs * pages_per_seq], got shape (2, 4)"),
-    (_with(5, _meta(2, dtype=torch.int32)), {}, ValueError,
+    (_with(5, meta(2, dtype=torch.int32)), {}, ValueError,
      "cu_q_lens must have one entry more than seq_lens (2 + 1), got shape (2,)"),
-    (_with(6, _meta(2, dtype=torch.int32)), {}, ValueError, "distribution must be [3] = [3], got shape (2,)"),
+    (_with(6, meta(2, dtype=torch.int32)), {}, ValueError, "distribution must be [3] = [3], got shape (2,)"),
     (_tensors(device="meta"), {"k": 24}, ValueError, "k must be a positive multiple of 16, at most 4096"),
     (_tensors(device="meta"), {"k": 32, "compression_ratio": 3}, ValueError,
      "compression_ratio must be a power of 2, got 3"),

@@ -18,15 +18,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tests.jax.cases import rng
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    randn,
-    traces_symbolically,
-)
+from . import checks
 
 OP = "linear_softmax_cross_entropy_loss"
 HAS_TC_MESH = hasattr(pltpu, "TensorCoreMesh")
@@ -36,8 +28,8 @@ B, H, V = 256, 128, 512  # as tests/jax/public/test_public_linear_softmax_cross_
 
 
 def _operands(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    x = randn(B, H, seed=5, scale=H ** -0.5, dtype=dtype)
-    w = randn(H, V, seed=6, dtype=dtype)
+    x = checks.randn(B, H, seed=5, scale=H ** -0.5, dtype=dtype)
+    w = checks.randn(H, V, seed=6, dtype=dtype)
     labels = torch.from_numpy(rng(7).integers(0, V, size=B).astype("int32"))
     return x, labels, w
 
@@ -78,7 +70,7 @@ def test_loss_lse_and_gradients_match_torch(ops, reduction):
     x.requires_grad_()
     w.requires_grad_()
     loss, lse = ops.linear_softmax_cross_entropy_loss(x, labels, w, reduction=reduction)
-    cotangent = randn(*loss.shape, seed=8) if reduction == "none" else torch.tensor(1.5)
+    cotangent = checks.randn(*loss.shape, seed=8) if reduction == "none" else torch.tensor(1.5)
     (loss * cotangent).sum().backward()
 
     x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
@@ -116,14 +108,14 @@ def test_bf16_loss_and_gradients_match_torch(ops):
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("reduction", ["sum", "none"])
 def test_fakes_match_jax_shapes(ops, tokamax, reduction):
-    f = family(ops, "linear_softmax_cross_entropy")
+    f = checks.family(ops, "linear_softmax_cross_entropy")
     x, labels, w = torch.zeros(256, 128, dtype=torch.bfloat16), torch.zeros(256, dtype=torch.int32), \
         torch.zeros(128, 512, dtype=torch.bfloat16)
     d_loss = torch.zeros(256) if reduction == "none" else torch.zeros(())
     with _cross_compile(tokamax):
-        fake_matches_jax(ops, ops.linear_softmax_cross_entropy_loss_op, f._lsce_jax, x, labels, w, reduction)
-        fake_matches_jax(ops, ops.linear_softmax_cross_entropy_loss_bwd_op, f._lsce_bwd_jax, x, labels, w, d_loss,
-                         reduction)
+        checks.fake_matches_jax(ops, ops.linear_softmax_cross_entropy_loss_op, f._lsce_jax, x, labels, w, reduction)
+        checks.fake_matches_jax(ops, ops.linear_softmax_cross_entropy_loss_bwd_op, f._lsce_bwd_jax, x, labels, w,
+                                d_loss, reduction)
 
 
 @pytest.mark.kernels_ci
@@ -136,8 +128,8 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
         return (torch.zeros(batch, 128, device="meta"), torch.zeros(batch, dtype=torch.int32, device="meta"),
                 torch.zeros(128, 512, device="meta"))
 
-    traces_symbolically(step, *args(256))
-    compiles_once_for_two_sizes(step, args(256), args(384))
+    checks.traces_symbolically(step, *args(256))
+    checks.compiles_once_for_two_sizes(step, args(256), args(384))
 
 
 @pytest.mark.kernels_ci
@@ -156,19 +148,19 @@ def test_autograd_wiring_on_meta(ops):
 @needs_tc_mesh
 @pytest.mark.kernels_ci
 def test_runs_upstreams_public_op(ops):
-    f = family(ops, "linear_softmax_cross_entropy")
+    f = checks.family(ops, "linear_softmax_cross_entropy")
     args = (torch.zeros(512, 256, dtype=torch.bfloat16), torch.zeros(512, dtype=torch.int32),
             torch.zeros(256, 1024, dtype=torch.bfloat16))
-    assert public_op_classes(ops, f._lsce_jax, *args, "sum") == {"PallasMosaicTpuLinearSoftmaxCrossEntropyLoss"}
+    assert checks.public_op_classes(ops, f._lsce_jax, *args, "sum") == {"PallasMosaicTpuLinearSoftmaxCrossEntropyLoss"}
     # the backward is the VJP of the public call: upstream's forward (for the residual) and its VJP Op
-    assert public_op_classes(ops, f._lsce_bwd_jax, *args, torch.zeros(()), "sum") == {
+    assert checks.public_op_classes(ops, f._lsce_bwd_jax, *args, torch.zeros(()), "sum") == {
         "PallasMosaicTpuLinearSoftmaxCrossEntropyLoss", "PallasMosaicTpuLinearSoftmaxCrossEntropyLossVjp"}
 
 
 @pytest.mark.kernels_ci
 def test_in_build_namespace(ops, tokamax):
-    assert_in_build_namespace(tokamax, ops.linear_softmax_cross_entropy_loss_op,
-                              ops.linear_softmax_cross_entropy_loss_bwd_op)
+    checks.assert_in_build_namespace(tokamax, ops.linear_softmax_cross_entropy_loss_op,
+                                     ops.linear_softmax_cross_entropy_loss_bwd_op)
 
 
 def _call(x=None, labels=None, w=None, **kw):  # noqa: ANN001, ANN003, ANN202

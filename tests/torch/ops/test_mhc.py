@@ -14,14 +14,7 @@ import torch
 
 from tests.jax.cases import rng
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    traces_symbolically,
-)
+from . import checks
 
 GATES = (1e-6, 1e-6, 1e-6, 2.0, 20)  # DeepSeek-V4's rms_eps, hc_pre_eps, hc_sinkhorn_eps, post multiplier, iterations
 # Gates (f32): the kernel's f32 mix GEMM, RMS norm, sigmoids, softmax and 20 Sinkhorn rounds vs float64:
@@ -146,12 +139,12 @@ def _fused_args(a: dict) -> tuple:
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("m", [1, 2, 4])
 def test_fakes_match_jax_shapes(ops, tokamax, m):
-    f = family(ops, "mhc")
+    f = checks.family(ops, "mhc")
     a = _meta(40, m, 256, device="cpu")
-    fake_matches_jax(ops, ops.mhc_pre_op, f._pre_jax, *_pre_args(a), *GATES)
-    fake_matches_jax(ops, ops.mhc_post_op, f._post_jax, *_post_args(a))
-    fake_matches_jax(ops, ops.mhc_fused_post_pre_op, f._fused_jax, *_fused_args(a), *GATES)
-    assert_in_build_namespace(tokamax, ops.mhc_pre_op, ops.mhc_post_op, ops.mhc_fused_post_pre_op)
+    checks.fake_matches_jax(ops, ops.mhc_pre_op, f._pre_jax, *_pre_args(a), *GATES)
+    checks.fake_matches_jax(ops, ops.mhc_post_op, f._post_jax, *_post_args(a))
+    checks.fake_matches_jax(ops, ops.mhc_fused_post_pre_op, f._fused_jax, *_fused_args(a), *GATES)
+    checks.assert_in_build_namespace(tokamax, ops.mhc_pre_op, ops.mhc_post_op, ops.mhc_fused_post_pre_op)
 
 
 @pytest.mark.kernels_ci
@@ -165,17 +158,17 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops, which):
         out = call(*tensors)
         return out if isinstance(out, torch.Tensor) else out[-1]  # layer_input: [tokens, residual width / M]
 
-    traces_symbolically(step, *args(_meta(40)))
-    compiles_once_for_two_sizes(step, args(_meta(40)), args(_meta(72)))
+    checks.traces_symbolically(step, *args(_meta(40)))
+    checks.compiles_once_for_two_sizes(step, args(_meta(40)), args(_meta(72)))
 
 
 @pytest.mark.kernels_ci
 def test_runs_upstreams_public_ops(ops):
-    f = family(ops, "mhc")
+    f = checks.family(ops, "mhc")
     a = _meta(40, device="cpu")
-    assert public_op_classes(ops, f._pre_jax, *_pre_args(a), *GATES) == {"PallasTpuMhcPre"}
-    assert public_op_classes(ops, f._post_jax, *_post_args(a)) == {"PallasTpuMhcPost"}
-    assert public_op_classes(ops, f._fused_jax, *_fused_args(a), *GATES) == {"PallasTpuMhcFusedPostPre"}
+    assert checks.public_op_classes(ops, f._pre_jax, *_pre_args(a), *GATES) == {"PallasTpuMhcPre"}
+    assert checks.public_op_classes(ops, f._post_jax, *_post_args(a)) == {"PallasTpuMhcPost"}
+    assert checks.public_op_classes(ops, f._fused_jax, *_fused_args(a), *GATES) == {"PallasTpuMhcFusedPostPre"}
 
 
 # ---- Argument checks ----------------------------------------------------------------------------

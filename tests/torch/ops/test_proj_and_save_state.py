@@ -12,15 +12,7 @@ import torch
 
 from tests.jax.cases import proj_and_save_state as cases
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    refuses_on_cpu,
-    traces_symbolically,
-)
+from . import checks
 
 OP = "proj_and_save_state"
 UPSTREAM_OP = "PallasTpuProjAndSaveState"
@@ -50,10 +42,10 @@ def _args(layout: str, tokens: int | None = None, device: str = "cpu") -> tuple:
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_fake_matches_jax_shapes(ops, tokamax, layout):
-    f = family(ops, OP)
+    f = checks.family(ops, OP)
     args = _args(layout)
     with tokamax.ops.config.cross_compile(True):  # upstream's Op refuses a CPU device otherwise
-        out = fake_matches_jax(ops, ops.proj_and_save_state_op, f._proj_jax, *args)
+        out = checks.fake_matches_jax(ops, ops.proj_and_save_state_op, f._proj_jax, *args)
     assert out.shape == args[5].shape and out.dtype == args[5].dtype
 
 
@@ -75,28 +67,28 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops, layout):
     def tensors(tokens: int) -> tuple[torch.Tensor, ...]:
         return _args(layout, tokens, device="meta")[:-1]
 
-    graph = traces_symbolically(step, *tensors(13))
+    graph = checks.traces_symbolically(step, *tensors(13))
     assert f"{OP}.default" in graph.code
-    compiles_once_for_two_sizes(step, tensors(13), tensors(29))  # the token count varies
+    checks.compiles_once_for_two_sizes(step, tensors(13), tensors(29))  # the token count varies
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("chip", cases.CHIPS)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_runs_upstreams_public_op(ops, chip, layout):
-    f = family(ops, OP)
-    assert public_op_classes(ops, f._proj_jax, *_args(layout), chip=chip) == {UPSTREAM_OP}
+    f = checks.family(ops, OP)
+    assert checks.public_op_classes(ops, f._proj_jax, *_args(layout), chip=chip) == {UPSTREAM_OP}
 
 
 @pytest.mark.kernels_ci
 def test_refuses_cpu_tensors_naming_the_interpreter_limit(ops):
     inputs = [torch.from_numpy(x) for x in cases._CSA_WORDS()]
-    refuses_on_cpu(lambda: ops.proj_and_save_state(*inputs, compress_ratio=4), OP)
+    checks.refuses_on_cpu(lambda: ops.proj_and_save_state(*inputs, compress_ratio=4), OP)
 
 
 @pytest.mark.kernels_ci
 def test_in_build_namespace(ops, tokamax):
-    assert_in_build_namespace(tokamax, ops.proj_and_save_state_op)
+    checks.assert_in_build_namespace(tokamax, ops.proj_and_save_state_op)
 
 
 def _bad(**change: object) -> dict:

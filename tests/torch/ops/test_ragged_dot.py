@@ -8,36 +8,28 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    randn,
-    traces_symbolically,
-)
+from . import checks
 
 
 @pytest.mark.kernels_ci
 def test_ragged_dot_is_gmm_without_transposition(ops, tokamax):
-    lhs, rhs = randn(256, 128, seed=1), randn(2, 128, 128, seed=2)
+    lhs, rhs = checks.randn(256, 128, seed=1), checks.randn(2, 128, 128, seed=2)
     sizes = torch.tensor([100, 156], dtype=torch.int32)
     torch.testing.assert_close(ops.ragged_dot(lhs, rhs, sizes), ops.gmm(lhs, rhs, sizes), rtol=0, atol=0)
     want = torch.cat([lhs[:100].double() @ rhs[0].double(), lhs[100:].double() @ rhs[1].double()])
     torch.testing.assert_close(ops.ragged_dot(lhs, rhs, sizes).double(), want, rtol=1e-5, atol=1e-4)
-    assert_in_build_namespace(tokamax, ops.gmm_op, ops.gmm_bwd_op, ops.tgmm_op, ops.tgmm_v2_op)
+    checks.assert_in_build_namespace(tokamax, ops.gmm_op, ops.gmm_bwd_op, ops.tgmm_op, ops.tgmm_v2_op)
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("transpose_rhs", [False, True])
 def test_fakes_match_jax_shapes(ops, transpose_rhs):
-    f = family(ops, "ragged_dot")
+    f = checks.family(ops, "ragged_dot")
     lhs, rhs = torch.zeros(200, 128), torch.zeros(3, 256, 128) if transpose_rhs else torch.zeros(3, 128, 256)
     sizes = torch.zeros(3, dtype=torch.int32)
-    fake_matches_jax(ops, ops.gmm_op, f._gmm_jax, lhs, rhs, sizes, transpose_rhs)
-    fake_matches_jax(ops, ops.gmm_bwd_op, f._gmm_bwd_jax, lhs, rhs, sizes, torch.zeros(200, 256), transpose_rhs)
-    fake_matches_jax(ops, ops.tgmm_op, f._tgmm_jax, lhs, torch.zeros(200, 64), sizes)
+    checks.fake_matches_jax(ops, ops.gmm_op, f._gmm_jax, lhs, rhs, sizes, transpose_rhs)
+    checks.fake_matches_jax(ops, ops.gmm_bwd_op, f._gmm_bwd_jax, lhs, rhs, sizes, torch.zeros(200, 256), transpose_rhs)
+    checks.fake_matches_jax(ops, ops.tgmm_op, f._tgmm_jax, lhs, torch.zeros(200, 64), sizes)
 
 
 @pytest.mark.kernels_ci
@@ -46,17 +38,17 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
         return ops.ragged_dot(lhs, rhs, sizes)
 
     rhs, sizes = torch.zeros(2, 128, 64, device="meta"), torch.zeros(2, dtype=torch.int32, device="meta")
-    traces_symbolically(step, torch.zeros(320, 128, device="meta"), rhs, sizes)
-    compiles_once_for_two_sizes(step, (torch.zeros(320, 128, device="meta"), rhs, sizes),
-                                (torch.zeros(448, 128, device="meta"), rhs, sizes))
+    checks.traces_symbolically(step, torch.zeros(320, 128, device="meta"), rhs, sizes)
+    checks.compiles_once_for_two_sizes(step, (torch.zeros(320, 128, device="meta"), rhs, sizes),
+                                       (torch.zeros(448, 128, device="meta"), rhs, sizes))
 
 
 @pytest.mark.kernels_ci
 def test_runs_upstreams_public_op(ops):
-    f = family(ops, "ragged_dot")
+    f = checks.family(ops, "ragged_dot")
     args = (torch.zeros(256, 128, dtype=torch.bfloat16), torch.zeros(2, 128, 256, dtype=torch.bfloat16),
             torch.zeros(2, dtype=torch.int32), False)
-    assert public_op_classes(ops, f._gmm_jax, *args) == {"PallasMosaicTpuRaggedDot"}
+    assert checks.public_op_classes(ops, f._gmm_jax, *args) == {"PallasMosaicTpuRaggedDot"}
 
 
 SIZES = [64, 0, 100, 92]  # an empty group; sizes off the 128 tile
@@ -74,12 +66,12 @@ def _ragged_reference(lhs: torch.Tensor, rhs: torch.Tensor, sizes: list[int]) ->
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("transpose_rhs", [False, True])
 def test_gmm_forward_and_gradients_match_torch(ops, dtype, transpose_rhs):
-    lhs = randn(256, 128, seed=1, dtype=dtype).requires_grad_()
-    rhs_kn = randn(4, 128, 256, seed=2, dtype=dtype)
+    lhs = checks.randn(256, 128, seed=1, dtype=dtype).requires_grad_()
+    rhs_kn = checks.randn(4, 128, 256, seed=2, dtype=dtype)
     rhs = (rhs_kn.transpose(1, 2).contiguous() if transpose_rhs else rhs_kn).requires_grad_()
     sizes = torch.tensor(SIZES, dtype=torch.int32)
     out = ops.gmm(lhs, rhs, sizes, transpose_rhs=transpose_rhs)
-    cotangent = randn(256, 256, seed=3, dtype=dtype)
+    cotangent = checks.randn(256, 256, seed=3, dtype=dtype)
     (out.float() * cotangent.float()).sum().backward()
 
     lhs64 = lhs.detach().double().requires_grad_()
@@ -99,10 +91,10 @@ def test_gmm_takes_sizes_the_kernel_refuses_through_upstreams_fallback(ops):
     """m=200, k=136, n=264: the Mosaic kernel refuses (on v6e); upstream's public op, and so this
     op, falls back to XLA's ragged dot. Values and gradients against the float64 reference."""
     sizes = [50, 0, 150]
-    lhs = randn(200, 136, seed=11).requires_grad_()
-    rhs = randn(3, 136, 264, seed=12).requires_grad_()
+    lhs = checks.randn(200, 136, seed=11).requires_grad_()
+    rhs = checks.randn(3, 136, 264, seed=12).requires_grad_()
     out = ops.gmm(lhs, rhs, torch.tensor(sizes, dtype=torch.int32))
-    cotangent = randn(200, 264, seed=13)
+    cotangent = checks.randn(200, 264, seed=13)
     (out * cotangent).sum().backward()
     lhs64, rhs64 = (x.detach().double().requires_grad_() for x in (lhs, rhs))
     ref = _ragged_reference(lhs64, rhs64, sizes)

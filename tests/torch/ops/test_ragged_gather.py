@@ -7,15 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    refuses_on_cpu,
-    traces_symbolically,
-)
+from . import checks
 
 
 def _args(in_size: int = 64, out_size: int = 40, hidden: int = 128, dtype: torch.dtype = torch.float32,
@@ -28,16 +20,16 @@ def _args(in_size: int = 64, out_size: int = 40, hidden: int = 128, dtype: torch
 
 @pytest.mark.kernels_ci
 def test_refuses_on_cpu(ops):
-    refuses_on_cpu(lambda: ops.ragged_gather(*_args()), "ragged_gather")
+    checks.refuses_on_cpu(lambda: ops.ragged_gather(*_args()), "ragged_gather")
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize(("out_size", "hidden", "dtype"), [(40, 128, torch.float32), (600, 256, torch.bfloat16),
                                                           (300, 128, torch.int8)])
 def test_fakes_match_jax_shapes(ops, tokamax, out_size, hidden, dtype):
-    f = family(ops, "ragged_gather")
+    f = checks.family(ops, "ragged_gather")
     with tokamax.ops.config.cross_compile(True):  # upstream's Op refuses a CPU device unless cross-compiling
-        fake_matches_jax(ops, ops.ragged_gather_op, f._ragged_gather_jax, *_args(64, out_size, hidden, dtype))
+        checks.fake_matches_jax(ops, ops.ragged_gather_op, f._ragged_gather_jax, *_args(64, out_size, hidden, dtype))
 
 
 @pytest.mark.kernels_ci
@@ -45,20 +37,20 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
     def step(x: torch.Tensor, indices: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
         return ops.ragged_gather(x, indices, start, end)
 
-    traces_symbolically(step, *_args(out_size=40, device="meta"))
-    compiles_once_for_two_sizes(step, _args(out_size=40, device="meta"), _args(out_size=600, device="meta"))
+    checks.traces_symbolically(step, *_args(out_size=40, device="meta"))
+    checks.compiles_once_for_two_sizes(step, _args(out_size=40, device="meta"), _args(out_size=600, device="meta"))
 
 
 @pytest.mark.kernels_ci
 def test_runs_upstreams_public_op(ops):
-    f = family(ops, "ragged_gather")
-    assert public_op_classes(ops, f._ragged_gather_jax, *_args(64, 600, 256, torch.bfloat16)) == {
+    f = checks.family(ops, "ragged_gather")
+    assert checks.public_op_classes(ops, f._ragged_gather_jax, *_args(64, 600, 256, torch.bfloat16)) == {
         "PallasTpuRaggedGather"}
 
 
 @pytest.mark.kernels_ci
 def test_in_build_namespace(ops, tokamax):
-    assert_in_build_namespace(tokamax, ops.ragged_gather_op)
+    checks.assert_in_build_namespace(tokamax, ops.ragged_gather_op)
 
 
 def _with(i: int, value: object):  # noqa: ANN205

@@ -8,15 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    refuses_on_cpu,
-    traces_symbolically,
-)
+from . import checks
 
 CHIP = "v7x"
 
@@ -30,17 +22,17 @@ def _args(rows: int = 128, hidden: int = 256, routes: int = 128, device: str = "
 
 @pytest.mark.kernels_ci
 def test_refuses_on_cpu(ops):
-    refuses_on_cpu(lambda: ops.ragged_gather_reduce(*_args(), 2), "ragged_gather_reduce")
+    checks.refuses_on_cpu(lambda: ops.ragged_gather_reduce(*_args(), 2), "ragged_gather_reduce")
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize(("rows", "hidden", "routes", "group"), [(8192, 2048, 1024, 2), (128, 256, 280, 4)])
 def test_fakes_match_jax_shapes(ops, tokamax, rows, hidden, routes, group):
     """The kernel's shapes (a large x) and the reference path's (a small one) alike."""
-    f = family(ops, "ragged_gather_reduce")
+    f = checks.family(ops, "ragged_gather_reduce")
     with tokamax.ops.config.cross_compile(True):  # upstream's Op refuses a CPU device unless cross-compiling
-        fake_matches_jax(ops, ops.ragged_gather_reduce_op, f._ragged_gather_reduce_jax, *_args(rows, hidden, routes),
-                         group, chip=CHIP)
+        checks.fake_matches_jax(ops, ops.ragged_gather_reduce_op, f._ragged_gather_reduce_jax,
+                                *_args(rows, hidden, routes), group, chip=CHIP)
 
 
 @pytest.mark.kernels_ci
@@ -48,20 +40,21 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
     def step(x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return ops.ragged_gather_reduce(x, indices, weights, mask, 2)
 
-    traces_symbolically(step, *_args(8192, 2048, 1024, device="meta"))
-    compiles_once_for_two_sizes(step, _args(8192, 2048, 1024, device="meta"), _args(8192, 2048, 2048, device="meta"))
+    checks.traces_symbolically(step, *_args(8192, 2048, 1024, device="meta"))
+    checks.compiles_once_for_two_sizes(step, _args(8192, 2048, 1024, device="meta"),
+                                       _args(8192, 2048, 2048, device="meta"))
 
 
 @pytest.mark.kernels_ci
 def test_runs_upstreams_public_op(ops):
-    f = family(ops, "ragged_gather_reduce")
-    assert public_op_classes(ops, f._ragged_gather_reduce_jax, *_args(8192, 2048, 1024), 2, chip=CHIP) == {
+    f = checks.family(ops, "ragged_gather_reduce")
+    assert checks.public_op_classes(ops, f._ragged_gather_reduce_jax, *_args(8192, 2048, 1024), 2, chip=CHIP) == {
         "PallasTpuRaggedGatherReduce"}
 
 
 @pytest.mark.kernels_ci
 def test_in_build_namespace(ops, tokamax):
-    assert_in_build_namespace(tokamax, ops.ragged_gather_reduce_op)
+    checks.assert_in_build_namespace(tokamax, ops.ragged_gather_reduce_op)
 
 
 def _with(i: int, value: object, group: object = 2):  # noqa: ANN205

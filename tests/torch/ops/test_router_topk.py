@@ -14,14 +14,7 @@ import torch
 
 from tests.jax.cases import rng
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    traces_symbolically,
-)
+from . import checks
 
 FLOOR = -3.0e38  # upstream's: scores at or below it (NaN, -inf, -FLT_MAX) are never chosen over a finite one
 
@@ -80,9 +73,9 @@ def test_oversized_block_raises_upstreams_error(ops):
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_fakes_match_jax_shapes(ops, tokamax, dtype):
-    f = family(ops, "router_topk")
-    fake_matches_jax(ops, ops.router_topk_op, f._router_topk_jax, torch.zeros(40, 256, dtype=dtype), 8)
-    assert_in_build_namespace(tokamax, ops.router_topk_op)
+    f = checks.family(ops, "router_topk")
+    checks.fake_matches_jax(ops, ops.router_topk_op, f._router_topk_jax, torch.zeros(40, 256, dtype=dtype), 8)
+    checks.assert_in_build_namespace(tokamax, ops.router_topk_op)
 
 
 @pytest.mark.kernels_ci
@@ -91,15 +84,17 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
         weights, ids = ops.router_topk(scores, 8)
         return weights * ids
 
-    traces_symbolically(step, torch.zeros(40, 256, device="meta"))
-    compiles_once_for_two_sizes(step, (torch.zeros(40, 256, device="meta"),), (torch.zeros(96, 256, device="meta"),))
+    checks.traces_symbolically(step, torch.zeros(40, 256, device="meta"))
+    checks.compiles_once_for_two_sizes(step, (torch.zeros(40, 256, device="meta"),),
+                                       (torch.zeros(96, 256, device="meta"),))
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("chip", ["v6e", "v7x"])
 def test_runs_upstreams_public_op(ops, chip):
-    f = family(ops, "router_topk")
-    assert public_op_classes(ops, f._router_topk_jax, torch.zeros(64, 512), 10, chip=chip) == {"PallasTpuRouterTopK"}
+    f = checks.family(ops, "router_topk")
+    classes = checks.public_op_classes(ops, f._router_topk_jax, torch.zeros(64, 512), 10, chip=chip)
+    assert classes == {"PallasTpuRouterTopK"}
 
 
 # ---- Argument checks ----------------------------------------------------------------------------

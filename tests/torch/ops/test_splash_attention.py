@@ -7,15 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    randn,
-    traces_symbolically,
-)
+from . import checks
 
 
 def _attention_reference(q, k, v, mask):  # noqa: ANN001, ANN202
@@ -28,12 +20,12 @@ def _attention_reference(q, k, v, mask):  # noqa: ANN001, ANN202
 @pytest.mark.parametrize(("mqa", "window"), [(False, None), (True, None), (False, (64, 0))],
                          ids=["mha-causal", "mqa-causal", "mha-local"])
 def test_splash_attention_forward_and_gradients_match_torch(ops, mqa, window):
-    q = randn(2, 256, 128, seed=4, scale=128**-0.5).requires_grad_()
+    q = checks.randn(2, 256, 128, seed=4, scale=128**-0.5).requires_grad_()
     kv_shape = (256, 128) if mqa else (2, 256, 128)
-    k = randn(*kv_shape, seed=5, scale=128**-0.5).requires_grad_()
-    v = randn(*kv_shape, seed=6).requires_grad_()
+    k = checks.randn(*kv_shape, seed=5, scale=128**-0.5).requires_grad_()
+    v = checks.randn(*kv_shape, seed=6).requires_grad_()
     out = ops.splash_attention(q, k, v, window=window)
-    cotangent = randn(2, 256, 128, seed=7)
+    cotangent = checks.randn(2, 256, 128, seed=7)
     (out * cotangent).sum().backward()
 
     i, j = torch.arange(256)[:, None], torch.arange(256)[None, :]
@@ -50,11 +42,11 @@ def test_splash_attention_forward_and_gradients_match_torch(ops, mqa, window):
 
 def test_splash_attention_with_fewer_kv_heads_matches_torch(ops):
     """Grouped-query attention: 4 q heads over 2 kv heads, causal; forward and gradients."""
-    q = randn(4, 256, 128, seed=21, scale=128**-0.5).requires_grad_()
-    k = randn(2, 256, 128, seed=22, scale=128**-0.5).requires_grad_()
-    v = randn(2, 256, 128, seed=23).requires_grad_()
+    q = checks.randn(4, 256, 128, seed=21, scale=128**-0.5).requires_grad_()
+    k = checks.randn(2, 256, 128, seed=22, scale=128**-0.5).requires_grad_()
+    v = checks.randn(2, 256, 128, seed=23).requires_grad_()
     out = ops.splash_attention(q, k, v)
-    cotangent = randn(4, 256, 128, seed=24)
+    cotangent = checks.randn(4, 256, 128, seed=24)
     (out * cotangent).sum().backward()
     i, j = torch.arange(256)[:, None], torch.arange(256)[None, :]
     q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
@@ -87,12 +79,12 @@ def test_segment_ids_soft_cap_and_sinks_match_torch(ops):
     few units, so the cap bends them), a sink logit per head; values and gradients of q, k, v and the
     sinks against float64 Torch: cap * tanh(s / cap), masked to the causal same-document pairs, with
     exp(sink) added to each softmax denominator."""
-    q, k = randn(2, 256, 128, seed=31, scale=0.3).requires_grad_(), randn(2, 256, 128, seed=32, scale=0.3)
-    v, sinks = randn(2, 256, 128, seed=33), randn(2, seed=34)
+    q, k = checks.randn(2, 256, 128, seed=31, scale=0.3).requires_grad_(), checks.randn(2, 256, 128, seed=32, scale=0.3)
+    v, sinks = checks.randn(2, 256, 128, seed=33), checks.randn(2, seed=34)
     k, sinks, v = k.requires_grad_(), sinks.requires_grad_(), v.requires_grad_()
     segments = torch.tensor([0] * 100 + [1] * 156, dtype=torch.int32)
     out = ops.splash_attention(q, k, v, segment_ids=segments, soft_cap=5.0, sinks=sinks)
-    cotangent = randn(2, 256, 128, seed=35)
+    cotangent = checks.randn(2, 256, 128, seed=35)
     (out * cotangent).sum().backward()
 
     q64, k64, v64, s64 = (x.detach().double().requires_grad_() for x in (q, k, v, sinks))
@@ -113,17 +105,17 @@ def test_segment_ids_soft_cap_and_sinks_match_torch(ops):
 
 @pytest.mark.kernels_ci
 def test_fakes_match_jax_shapes(ops, tokamax):
-    f = family(ops, "splash_attention")
-    assert_in_build_namespace(tokamax, ops.splash_op, ops.splash_bwd_op, ops.splash_segments_op,
-                              ops.splash_segments_bwd_op)
+    f = checks.family(ops, "splash_attention")
+    checks.assert_in_build_namespace(tokamax, ops.splash_op, ops.splash_bwd_op, ops.splash_segments_op,
+                                     ops.splash_segments_bwd_op)
     q, k = torch.zeros(4, 256, 128, dtype=torch.bfloat16), torch.zeros(2, 256, 128, dtype=torch.bfloat16)
     segments, sinks = torch.zeros(256, dtype=torch.int32), torch.zeros(4)
-    fake_matches_jax(ops, ops.splash_op, f._splash_jax, q, k, k, True, -1, -1)
-    fake_matches_jax(ops, ops.splash_bwd_op, f._splash_bwd_jax, q, k, k, q, True, 64, 0)
-    fake_matches_jax(ops, ops.splash_segments_op, f._splash_segments_fwd_jax, q, k, k, segments, segments, sinks,
-                     True, -1, -1, 5.0, True)
-    fake_matches_jax(ops, ops.splash_segments_bwd_op, f._splash_segments_bwd_jax, q, k, k, segments, segments,
-                     sinks, q, True, -1, -1, 5.0, True)
+    checks.fake_matches_jax(ops, ops.splash_op, f._splash_jax, q, k, k, True, -1, -1)
+    checks.fake_matches_jax(ops, ops.splash_bwd_op, f._splash_bwd_jax, q, k, k, q, True, 64, 0)
+    checks.fake_matches_jax(ops, ops.splash_segments_op, f._splash_segments_fwd_jax, q, k, k, segments, segments, sinks,
+                            True, -1, -1, 5.0, True)
+    checks.fake_matches_jax(ops, ops.splash_segments_bwd_op, f._splash_segments_bwd_jax, q, k, k, segments, segments,
+                            sinks, q, True, -1, -1, 5.0, True)
 
 
 @pytest.mark.kernels_ci
@@ -135,12 +127,12 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
         qkv = [torch.zeros(2, length, 128, device="meta") for _ in range(3)]
         return (*qkv, torch.zeros(length, dtype=torch.int32, device="meta"))
 
-    traces_symbolically(step, *meta(256))
-    compiles_once_for_two_sizes(step, meta(256), meta(384))
+    checks.traces_symbolically(step, *meta(256))
+    checks.compiles_once_for_two_sizes(step, meta(256), meta(384))
 
 
 @pytest.mark.kernels_ci
 def test_runs_upstreams_public_op(ops):
-    f = family(ops, "splash_attention")
+    f = checks.family(ops, "splash_attention")
     q = torch.zeros(2, 1024, 128, dtype=torch.bfloat16)
-    assert public_op_classes(ops, f._splash_jax, q, q, q, True, -1, -1) == {"PallasMosaicTpuSplashAttention"}
+    assert checks.public_op_classes(ops, f._splash_jax, q, q, q, True, -1, -1) == {"PallasMosaicTpuSplashAttention"}

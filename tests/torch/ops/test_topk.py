@@ -14,15 +14,7 @@ import jax.numpy as jnp
 import pytest
 import torch
 
-from .checks import (
-    assert_in_build_namespace,
-    compiles_once_for_two_sizes,
-    fake_matches_jax,
-    family,
-    public_op_classes,
-    refuses_on_cpu,
-    traces_symbolically,
-)
+from . import checks
 
 HAS_OPT_LEVEL = hasattr(jax.experimental.mosaic, "OptLevel")
 needs_opt_level = pytest.mark.skipif(
@@ -34,14 +26,14 @@ ROWS, N, K = 32, 2048, 16  # as tests/jax/public/topk_cases.py: one stage, 32 ro
 
 @pytest.mark.kernels_ci
 def test_refuses_on_cpu(ops):
-    refuses_on_cpu(lambda: ops.topk(torch.zeros(ROWS, N), K), "topk")
-    refuses_on_cpu(lambda: ops.topk(torch.zeros(ROWS, N), K, torch.full((ROWS,), N, dtype=torch.int32),
+    checks.refuses_on_cpu(lambda: ops.topk(torch.zeros(ROWS, N), K), "topk")
+    checks.refuses_on_cpu(lambda: ops.topk(torch.zeros(ROWS, N), K, torch.full((ROWS,), N, dtype=torch.int32),
                                     return_scores=True), "topk")
 
 
 @pytest.mark.kernels_ci
 def test_says_which_jax_it_needs(ops, tokamax):
-    f = family(ops, "topk")
+    f = checks.family(ops, "topk")
     scores = jax.ShapeDtypeStruct((ROWS, N), jnp.float32)
     with tokamax.ops.config.cross_compile(True):
         if not HAS_OPT_LEVEL:  # the Torch tier's jax 0.10.2
@@ -55,11 +47,11 @@ def test_says_which_jax_it_needs(ops, tokamax):
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize(("lengths", "return_scores"), [(False, False), (True, True)])
 def test_fakes_match_jax_shapes(ops, tokamax, lengths, return_scores):
-    f = family(ops, "topk")
+    f = checks.family(ops, "topk")
     row_lengths = torch.zeros(ROWS, dtype=torch.int32) if lengths else None
     with tokamax.ops.config.cross_compile(True):  # upstream's Op refuses a CPU device unless cross-compiling
-        fake_matches_jax(ops, ops.topk_op, f._topk_jax, torch.zeros(ROWS, N), row_lengths, K, return_scores,
-                         chip=CHIP)
+        checks.fake_matches_jax(ops, ops.topk_op, f._topk_jax, torch.zeros(ROWS, N), row_lengths, K, return_scores,
+                                chip=CHIP)
 
 
 @pytest.mark.kernels_ci
@@ -71,8 +63,8 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
     def args(rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.zeros(rows, N, device="meta"), torch.zeros(rows, dtype=torch.int32, device="meta")
 
-    traces_symbolically(step, *args(ROWS))
-    compiles_once_for_two_sizes(step, args(ROWS), args(48))
+    checks.traces_symbolically(step, *args(ROWS))
+    checks.compiles_once_for_two_sizes(step, args(ROWS), args(48))
 
 
 @pytest.mark.kernels_ci
@@ -88,14 +80,14 @@ def test_returns_upstreams_outputs(ops):
 @needs_opt_level
 @pytest.mark.kernels_ci
 def test_runs_upstreams_public_op(ops):
-    f = family(ops, "topk")
+    f = checks.family(ops, "topk")
     args = (torch.zeros(ROWS, N), torch.zeros(ROWS, dtype=torch.int32), K, True)
-    assert public_op_classes(ops, f._topk_jax, *args, chip=CHIP) == {"PallasTpuTopK"}
+    assert checks.public_op_classes(ops, f._topk_jax, *args, chip=CHIP) == {"PallasTpuTopK"}
 
 
 @pytest.mark.kernels_ci
 def test_in_build_namespace(ops, tokamax):
-    assert_in_build_namespace(tokamax, ops.topk_op)
+    checks.assert_in_build_namespace(tokamax, ops.topk_op)
 
 
 @pytest.mark.kernels_ci

@@ -11,8 +11,12 @@ FLOATS = (torch.bfloat16, torch.float32)
 DEVICES = ("tpu", "cpu", "meta")
 
 
-def tensors(op: str, **named: torch.Tensor | None) -> None:
-    """Each named argument is a tensor (None allowed for optional ones), all on one TPU/CPU/meta device."""
+def tensors(op: str, optional: tuple[str, ...] = (), **named: torch.Tensor | None) -> None:
+    """Each named argument is a tensor (None allowed for those named in `optional`), all on one
+    TPU/CPU/meta device."""
+    for name, t in named.items():
+        if t is None and name not in optional:
+            raise TypeError(f"tokamax {op}: {name} must be a torch.Tensor, got None")
     given = {n: t for n, t in named.items() if t is not None}
     for name, t in given.items():
         if not isinstance(t, torch.Tensor):
@@ -23,14 +27,6 @@ def tensors(op: str, **named: torch.Tensor | None) -> None:
     if len({t.device for t in given.values()}) > 1:
         where = ", ".join(f"{n} on {t.device}" for n, t in given.items())
         raise ValueError(f"tokamax {op}: all tensors must be on one device, got {where}")
-
-
-def required(op: str, **named: torch.Tensor) -> None:
-    """As `tensors`, for arguments that must be tensors: None is refused too."""
-    for name, t in named.items():
-        if t is None:
-            raise TypeError(f"tokamax {op}: {name} must be a torch.Tensor, got None")
-    tensors(op, **named)
 
 
 def floats(op: str, **named: torch.Tensor) -> None:
@@ -96,3 +92,36 @@ def group_sizes(op: str, sizes: torch.Tensor, groups: int) -> None:
     if sizes.dim() != 1 or sizes.shape[0] != groups:
         raise ValueError(f"tokamax {op}: group_sizes must have one entry per group ({groups}), "
                          f"got shape {tuple(sizes.shape)}")
+
+
+PAGED_LAYOUTS = {"page_indices": "[max_num_seqs * pages_per_seq]", "cu_q_lens": "[max_num_seqs + 1]",
+                 "distribution": "[3]"}
+
+
+def paged_metadata(op: str, lens_name: str, lens: torch.Tensor, page_indices: torch.Tensor,
+                   cu_q_lens: torch.Tensor, distribution: torch.Tensor) -> None:
+    """The ragged paged-attention metadata upstream's paged kernels share: int32 vectors `lens_name`
+    [max_num_seqs], page_indices, cu_q_lens [max_num_seqs + 1] and distribution [3]."""
+    named = {lens_name: lens, "page_indices": page_indices, "cu_q_lens": cu_q_lens, "distribution": distribution}
+    layouts = {lens_name: "[max_num_seqs]", **PAGED_LAYOUTS}
+    for name, t in named.items():
+        dtype(op, name, t, (torch.int32,))
+        rank(op, name, t, (1,), layouts[name])
+    if cu_q_lens.shape[0] != lens.shape[0] + 1:
+        raise ValueError(f"tokamax {op}: cu_q_lens must have one entry more than {lens_name} "
+                         f"({lens.shape[0]} + 1), got shape {tuple(cu_q_lens.shape)}")
+    shape(op, "distribution", distribution, (3,), layouts["distribution"])
+
+
+def rope_tables(op: str, tokens: int, positions: torch.Tensor, cos_sin_cache: torch.Tensor, lane: int = 128
+                ) -> None:
+    """DeepSeek RoPE inputs: positions int32 [tokens]; cos_sin_cache float32 [max_pos, rotary_dim],
+    rotary_dim even and at most one lane row."""
+    dtype(op, "positions", positions, (torch.int32,))
+    shape(op, "positions", positions, (tokens,), "[tokens]")
+    dtype(op, "cos_sin_cache", cos_sin_cache, (torch.float32,))
+    rank(op, "cos_sin_cache", cos_sin_cache, (2,), "[max_pos, rotary_dim]")
+    rotary_dim = cos_sin_cache.shape[1]
+    if rotary_dim % 2 != 0 or not 0 < rotary_dim <= lane:
+        raise ValueError(f"tokamax {op}: cos_sin_cache's rotary_dim must be even and in (0, {lane}], got "
+                         f"shape {tuple(cos_sin_cache.shape)}")

@@ -23,9 +23,6 @@ _NO_CPU = ("the kernel views its VMEM KV and output buffers as uint32 (`ref.bitc
            "'indices'")
 _KV_LAYOUTS = ("head_along_sublane", "seq_along_lane")
 _SCOPES = ("full", "cache_only", "new_tokens_only")
-_INDEX_LAYOUTS = {"kv_lens": "[max_num_seqs]", "page_indices": "[max_num_seqs * pages_per_seq]",
-                  "cu_q_lens": "[max_num_seqs + 1]", "distribution": "[3]"}
-
 
 # ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
 @chip_for_tracing()
@@ -63,7 +60,8 @@ def _batched_rpa_fake(queries: torch.Tensor, keys: torch.Tensor, values: torch.T
 def _check(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, kv_cache: torch.Tensor,
            index: dict[str, torch.Tensor], cp_rank: torch.Tensor | None, kv_layout: str) -> None:
     op = "batched_rpa"
-    _checks.tensors(op, queries=queries, keys=keys, values=values, kv_cache=kv_cache, **index, cp_rank=cp_rank)
+    _checks.tensors(op, queries=queries, keys=keys, values=values, kv_cache=kv_cache, **index, cp_rank=cp_rank,
+                    optional=("cp_rank",))
     for name, t in (("queries", queries), ("keys", keys), ("values", values)):
         if not t.is_floating_point():
             raise TypeError(f"tokamax {op}: {name} must be a floating-point tensor, got {t.dtype}")
@@ -84,13 +82,7 @@ def _check(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, kv_c
     else:
         _checks.rank(op, "kv_cache", kv_cache, (4, 5), "[pages, page_size, 2 * num_kv_heads, head_dim] (or with "
                      "the heads split as [2 * num_kv_heads / packing, packing])")
-    for name, t in index.items():
-        _checks.dtype(op, name, t, (torch.int32,))
-        _checks.rank(op, name, t, (1,), _INDEX_LAYOUTS[name])
-    if index["cu_q_lens"].shape[0] != index["kv_lens"].shape[0] + 1:
-        raise ValueError(f"tokamax {op}: cu_q_lens must have one entry more than kv_lens "
-                         f"({index['kv_lens'].shape[0]} + 1), got shape {tuple(index['cu_q_lens'].shape)}")
-    _checks.shape(op, "distribution", index["distribution"], (3,), _INDEX_LAYOUTS["distribution"])
+    _checks.paged_metadata(op, "kv_lens", *index.values())
     if cp_rank is not None:
         _checks.dtype(op, "cp_rank", cp_rank, (torch.int32,))
         _checks.shape(op, "cp_rank", cp_rank, (1,), "[1]")

@@ -69,7 +69,8 @@ def _check(qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, conv_state: torc
     _checks.tensors(op, qkv=qkv, b=b, a=a, conv_state=conv_state, recurrent_state=recurrent_state,
                     conv_weight=conv_weight, conv_bias=conv_bias, a_log=a_log, dt_bias=dt_bias,
                     query_start_loc=query_start_loc, state_indices=state_indices, distribution=distribution,
-                    seq_lens=seq_lens, read_state_indices=read_state_indices, read_offsets=read_offsets)
+                    seq_lens=seq_lens, read_state_indices=read_state_indices, read_offsets=read_offsets,
+                    optional=("conv_bias", "read_state_indices", "read_offsets"))
     for name, value in (("n_kq", n_kq), ("n_v", n_v), ("d_k", d_k), ("d_v", d_v), ("kernel_size", kernel_size)):
         _checks.positive(op, name, value)
     if num_spec_tokens < 0:

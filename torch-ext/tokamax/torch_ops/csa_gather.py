@@ -56,7 +56,7 @@ def csa_gather(nope_cache: torch.Tensor, rope_cache: torch.Tensor, indices: torc
     _checks.tensors(op, nope_cache=nope_cache, rope_cache=rope_cache, indices=indices)
     if isinstance(num_valid_indices, int) and not isinstance(num_valid_indices, bool):
         num_valid_indices = torch.full((1,), num_valid_indices, dtype=torch.int32, device=indices.device)
-    _checks.tensors(op, indices=indices, num_valid_indices=num_valid_indices)
+    _checks.tensors(op, indices=indices, num_valid_indices=num_valid_indices, optional=("num_valid_indices",))
     for name, t in (("nope_cache", nope_cache), ("rope_cache", rope_cache), ("indices", indices)):
         _checks.dtype(op, name, t, (torch.int32,))
     _checks.rank(op, "nope_cache", nope_cache, (3,), "[pages, page_size, 128]")

@@ -95,21 +95,14 @@ def deepseek_rope(x: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch
     x, so XLA hands the kernel a copy.
     """
     op = "deepseek_rope"
-    _checks.required(op, x=x, positions=positions, cos_sin_cache=cos_sin_cache)
+    _checks.tensors(op, x=x, positions=positions, cos_sin_cache=cos_sin_cache)
     _checks.choice(op, "mode", mode, _MODES)
     _checks.dtype(op, "x", x, _checks.FLOATS)
     _checks.rank(op, "x", x, (2, 3), "[tokens, head_dim] or [tokens, heads, head_dim]")
     if x.shape[-1] % _LANE != 0 or x.shape[-1] == 0:
         raise ValueError(f"tokamax {op}: x's head_dim must be a positive multiple of {_LANE}, got shape "
                          f"{tuple(x.shape)}")
-    _checks.dtype(op, "positions", positions, (torch.int32,))
-    _checks.shape(op, "positions", positions, (x.shape[0],), "[tokens]")
-    _checks.dtype(op, "cos_sin_cache", cos_sin_cache, (torch.float32,))
-    _checks.rank(op, "cos_sin_cache", cos_sin_cache, (2,), "[max_pos, rotary_dim]")
-    rotary_dim = cos_sin_cache.shape[1]
-    if rotary_dim % 2 != 0 or not 0 < rotary_dim <= _LANE:
-        raise ValueError(f"tokamax {op}: cos_sin_cache's rotary_dim must be even and in (0, {_LANE}], got "
-                         f"shape {tuple(cos_sin_cache.shape)}")
+    _checks.rope_tables(op, x.shape[0], positions, cos_sin_cache, _LANE)
     if not isinstance(inverse, bool):
         raise TypeError(f"tokamax {op}: inverse must be a bool, got {inverse!r}")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:

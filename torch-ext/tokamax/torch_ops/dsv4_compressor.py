@@ -105,7 +105,8 @@ def _check(cache: torch.Tensor, positions: torch.Tensor, block_table: torch.Tens
     op = _OP
     _checks.tensors(op, cache=cache, positions=positions, block_table=block_table,
                     token_to_req_indices=token_to_req_indices, kv_slot_mapping=kv_slot_mapping, rms_weight=rms_weight,
-                    cos_sin_cache=cos_sin_cache, state_cache=state_cache, rope_cache=rope_cache)
+                    cos_sin_cache=cos_sin_cache, state_cache=state_cache, rope_cache=rope_cache,
+                    optional=("state_cache", "rope_cache"))
     _checks.positive(op, "block_table_stride", block_table_stride)
     _checks.positive(op, "state_block_size", state_block_size)
     _checks.positive(op, "compress_ratio", compress_ratio)

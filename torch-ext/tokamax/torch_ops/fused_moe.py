@@ -63,7 +63,7 @@ def _check(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, gating: torch.Te
            renormalize: bool, act_fn: str) -> None:
     op = "fused_moe"
     _checks.tensors(op, x=x, w1=w1, w2=w2, gating=gating, w1_scale=w1_scale, w2_scale=w2_scale, w1_bias=w1_bias,
-                    w2_bias=w2_bias)
+                    w2_bias=w2_bias, optional=("w1_scale", "w2_scale", "w1_bias", "w2_bias"))
     _checks.floats(op, x=x)
     _checks.rank(op, "x", x, (2,), "[tokens, hidden]")
     _checks.rank(op, "w1", w1, (3,), "[experts, hidden, 2 * inter]")

@@ -57,7 +57,7 @@ def grouped_lowrank_proj(x: torch.Tensor, positions: torch.Tensor, cos_sin_cache
     1024, neither a multiple of 8 nor all the tokens, e.g. 200) raise upstream's NotImplementedError.
     """
     op = "grouped_lowrank_proj"
-    _checks.required(op, x=x, positions=positions, cos_sin_cache=cos_sin_cache, wo_a=wo_a, wo_a_scale=wo_a_scale)
+    _checks.tensors(op, x=x, positions=positions, cos_sin_cache=cos_sin_cache, wo_a=wo_a, wo_a_scale=wo_a_scale)
     _checks.dtype(op, "x", x, (torch.bfloat16,))
     _checks.rank(op, "x", x, (3,), "[tokens, groups * 8, head_dim]")
     tokens, heads, head_dim = x.shape
@@ -67,14 +67,7 @@ def grouped_lowrank_proj(x: torch.Tensor, positions: torch.Tensor, cos_sin_cache
     if heads % _HEADS_PER_GROUP != 0 or heads == 0:
         raise ValueError(f"tokamax {op}: x's heads must be a positive multiple of {_HEADS_PER_GROUP} (groups of "
                          f"{_HEADS_PER_GROUP}), got shape {tuple(x.shape)}")
-    _checks.dtype(op, "positions", positions, (torch.int32,))
-    _checks.shape(op, "positions", positions, (tokens,), "[tokens]")
-    _checks.dtype(op, "cos_sin_cache", cos_sin_cache, (torch.float32,))
-    _checks.rank(op, "cos_sin_cache", cos_sin_cache, (2,), "[max_pos, rotary_dim]")
-    rotary_dim = cos_sin_cache.shape[1]
-    if rotary_dim % 2 != 0 or not 0 < rotary_dim <= _LANE:
-        raise ValueError(f"tokamax {op}: cos_sin_cache's rotary_dim must be even and in (0, {_LANE}], got "
-                         f"shape {tuple(cos_sin_cache.shape)}")
+    _checks.rope_tables(op, tokens, positions, cos_sin_cache, _LANE)
     _checks.dtype(op, "wo_a", wo_a, (torch.float8_e4m3fn,))
     _checks.rank(op, "wo_a", wo_a, (2,), "[8 * head_dim, groups * R]")
     if wo_a.shape[0] != _HEADS_PER_GROUP * head_dim:

@@ -26,9 +26,6 @@ _CHIP = "v7x"
 _NO_CPU = ("the interpreter has no rules for the SparseCore primitives of its top-k (`plsc.parallel_loop`): "
            "ValueError: JaxprInputEffect ... does not have a corresponding jaxpr input")
 _KV_LAYOUTS = ("head_along_sublane", "seq_along_lane")
-_INDEX_LAYOUTS = {"seq_lens": "[max_num_seqs]", "page_indices": "[max_num_seqs * pages_per_seq]",
-                  "cu_q_lens": "[max_num_seqs + 1]", "distribution": "[3]"}
-
 
 # ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
 def _indexer_public(q: jax.Array, indexer_weights: jax.Array, cache_kv: jax.Array, seq_lens: jax.Array,
@@ -102,13 +99,7 @@ def _check(q: torch.Tensor, indexer_weights: torch.Tensor, cache_kv: torch.Tenso
     _checks.dtype(op, "cache_kv", cache_kv, (torch.uint8,))
     _checks.rank(op, "cache_kv", cache_kv, (4,), "[pages, page_size / 4, 4, record_bytes] (head_along_sublane) "
                  "or 4-D as upstream's seq_along_lane layout")
-    for name, t in index.items():
-        _checks.dtype(op, name, t, (torch.int32,))
-        _checks.rank(op, name, t, (1,), _INDEX_LAYOUTS[name])
-    if index["cu_q_lens"].shape[0] != index["seq_lens"].shape[0] + 1:
-        raise ValueError(f"tokamax {op}: cu_q_lens must have one entry more than seq_lens "
-                         f"({index['seq_lens'].shape[0]} + 1), got shape {tuple(index['cu_q_lens'].shape)}")
-    _checks.shape(op, "distribution", index["distribution"], (3,), _INDEX_LAYOUTS["distribution"])
+    _checks.paged_metadata(op, "seq_lens", *index.values())
     if not (isinstance(k, int) and 0 < k <= 4096 and k % 16 == 0):
         raise ValueError(f"tokamax {op}: k must be a positive multiple of 16, at most 4096 (upstream's SparseCore "
                          f"top-k), got {k!r}")

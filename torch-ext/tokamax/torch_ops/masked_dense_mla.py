@@ -23,9 +23,6 @@ _NO_CPU = ("the kernel DMAs KV pages from `reshape`d views of its HBM caches, an
            "only through integer/slice indexers: AttributeError: 'ReshapeTransform' object has no attribute "
            "'indices'")
 _HEAD_DIM = 576  # 512 NoPE + 64 RoPE, the caches' layout (the kernel refuses other sizes)
-_INDEX_LAYOUTS = {"kv_lens": "[max_num_seqs]", "page_indices": "[max_num_seqs * pages_per_seq]",
-                  "cu_q_lens": "[max_num_seqs + 1]", "distribution": "[3]"}
-
 
 # ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
 @chip_for_tracing(_CHIP)
@@ -76,7 +73,8 @@ def masked_dense_mla(q: torch.Tensor, cache_kv_nope: torch.Tensor, cache_kv_rope
     op = "masked_dense_mla"
     index = {"kv_lens": kv_lens, "page_indices": page_indices, "cu_q_lens": cu_q_lens, "distribution": distribution}
     _checks.tensors(op, q=q, cache_kv_nope=cache_kv_nope, cache_kv_rope=cache_kv_rope, topk_indices=topk_indices,
-                    **index, sequence_start=sequence_start)
+                    **index, sequence_start=sequence_start,
+                    optional=("sequence_start",))
     _checks.floats(op, q=q)
     _checks.shape(op, "q", q, (None, None, _HEAD_DIM), "[tokens, heads, head_dim]")
     for name, t, layout in (("cache_kv_nope", cache_kv_nope, "[pages, page_size, 4, 128]"),
@@ -90,13 +88,7 @@ def masked_dense_mla(q: torch.Tensor, cache_kv_nope: torch.Tensor, cache_kv_rope
     _checks.dtype(op, "topk_indices", topk_indices, (torch.int32,))
     _checks.rank(op, "topk_indices", topk_indices, (2,), "[tokens, topk]")
     _checks.same(op, "the token counts", q=q.shape[0], topk_indices=topk_indices.shape[0])
-    for name, t in index.items():
-        _checks.dtype(op, name, t, (torch.int32,))
-        _checks.rank(op, name, t, (1,), _INDEX_LAYOUTS[name])
-    if cu_q_lens.shape[0] != kv_lens.shape[0] + 1:
-        raise ValueError(f"tokamax {op}: cu_q_lens must have one entry more than kv_lens ({kv_lens.shape[0]} + 1), "
-                         f"got shape {tuple(cu_q_lens.shape)}")
-    _checks.shape(op, "distribution", distribution, (3,), _INDEX_LAYOUTS["distribution"])
+    _checks.paged_metadata(op, "kv_lens", kv_lens, page_indices, cu_q_lens, distribution)
     if sequence_start is not None:
         _checks.dtype(op, "sequence_start", sequence_start, (torch.int32,))
         _checks.shape(op, "sequence_start", sequence_start, (), "a scalar")

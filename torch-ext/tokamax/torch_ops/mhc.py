@@ -156,7 +156,7 @@ def mhc_pre(residual: torch.Tensor, fn: torch.Tensor, hc_scale: torch.Tensor, hc
     [tokens, H])`, layer_input the pre-weighted sum of the streams.
     """
     op = "mhc_pre"
-    _checks.required(op, residual=residual, fn=fn, hc_scale=hc_scale, hc_base=hc_base)
+    _checks.tensors(op, residual=residual, fn=fn, hc_scale=hc_scale, hc_base=hc_base)
     eps = dict(rms_eps=rms_eps, hc_pre_eps=hc_pre_eps, hc_sinkhorn_eps=hc_sinkhorn_eps,
                hc_post_mult_value=hc_post_mult_value)
     _check_gates(op, residual, fn, hc_scale, hc_base, eps, sinkhorn_repeat)
@@ -173,7 +173,7 @@ def mhc_post(x: torch.Tensor, residual: torch.Tensor, post_layer_mix: torch.Tens
     comb_res_mix float32 [tokens, M, M]. Returns bf16 [tokens, M * H].
     """
     op = "mhc_post"
-    _checks.required(op, x=x, residual=residual, post_layer_mix=post_layer_mix, comb_res_mix=comb_res_mix)
+    _checks.tensors(op, x=x, residual=residual, post_layer_mix=post_layer_mix, comb_res_mix=comb_res_mix)
     _check_post(op, x, residual, post_layer_mix, comb_res_mix)
     return mhc_post_op(x.contiguous(), residual.contiguous(), post_layer_mix.contiguous(), comb_res_mix.contiguous())
 
@@ -190,7 +190,7 @@ def mhc_fused_post_pre(x: torch.Tensor, residual: torch.Tensor, post_layer_mix: 
     bf16 [tokens, H])`.
     """
     op = "mhc_fused_post_pre"
-    _checks.required(op, x=x, residual=residual, post_layer_mix=post_layer_mix, comb_res_mix=comb_res_mix, fn=fn,
+    _checks.tensors(op, x=x, residual=residual, post_layer_mix=post_layer_mix, comb_res_mix=comb_res_mix, fn=fn,
                     hc_scale=hc_scale, hc_base=hc_base)
     m_post = _check_post(op, x, residual, post_layer_mix, comb_res_mix)
     eps = dict(rms_eps=rms_eps, hc_pre_eps=hc_pre_eps, hc_sinkhorn_eps=hc_sinkhorn_eps,

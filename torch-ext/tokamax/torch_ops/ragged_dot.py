@@ -115,7 +115,7 @@ gmm_op.register_autograd(_gmm_backward, setup_context=_gmm_setup)
 # ---- What users call ---------------------------------------------------------------------------
 def _check_gmm(op: str, lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, transpose_rhs: bool
                ) -> None:
-    _checks.required(op, lhs=lhs, rhs=rhs, group_sizes=group_sizes)
+    _checks.tensors(op, lhs=lhs, rhs=rhs, group_sizes=group_sizes)
     _checks.floats(op, lhs=lhs, rhs=rhs)
     _checks.rank(op, "lhs", lhs, (2,), "[m, k]")
     _checks.rank(op, "rhs", rhs, (3,), "[groups, n, k]" if transpose_rhs else "[groups, k, n]")
@@ -127,7 +127,7 @@ def _check_gmm(op: str, lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch
 
 
 def _check_tgmm(op: str, lhs: torch.Tensor, grad: torch.Tensor, group_sizes: torch.Tensor, grad_name: str) -> None:
-    _checks.required(op, lhs=lhs, **{grad_name: grad}, group_sizes=group_sizes)
+    _checks.tensors(op, lhs=lhs, **{grad_name: grad}, group_sizes=group_sizes)
     _checks.floats(op, lhs=lhs, **{grad_name: grad})
     _checks.rank(op, "lhs", lhs, (2,), "[m, k]")
     _checks.rank(op, grad_name, grad, (2,), "[m, n]")

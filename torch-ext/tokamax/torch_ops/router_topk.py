@@ -52,7 +52,7 @@ def router_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     above 4096 experts) raise upstream's NotImplementedError.
     """
     op = "router_topk"
-    _checks.required(op, scores=scores)
+    _checks.tensors(op, scores=scores)
     _checks.dtype(op, "scores", scores, _SCORE_DTYPES)
     _checks.rank(op, "scores", scores, (2,), "[tokens, experts]")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1 or k > scores.shape[1]:

@@ -163,7 +163,7 @@ def splash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     [heads], differentiable) adds a per-head sink logit to each softmax denominator.
     """
     op = "splash_attention"
-    _checks.required(op, q=q, k=k, v=v)
+    _checks.tensors(op, q=q, k=k, v=v)
     _checks.floats(op, q=q, k=k, v=v)
     _checks.rank(op, "q", q, (3,), "[heads, q_len, head_dim]")
     _checks.rank(op, "k", k, (2, 3), "[heads, kv_len, head_dim] or [kv_len, head_dim]")

@@ -66,7 +66,7 @@ def topk(scores: torch.Tensor, k: int, row_lengths: torch.Tensor | None = None, 
     takes (a multiple of its 16 lanes; it says so otherwise).
     """
     op = "topk"
-    _checks.tensors(op, scores=scores, row_lengths=row_lengths)
+    _checks.tensors(op, scores=scores, row_lengths=row_lengths, optional=("row_lengths",))
     _checks.dtype(op, "scores", scores, (torch.float32, torch.int32))
     _checks.rank(op, "scores", scores, (2,), "[rows, n]")
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= scores.shape[1]:
