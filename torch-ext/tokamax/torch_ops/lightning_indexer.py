@@ -11,8 +11,6 @@ token count).
 
 from __future__ import annotations
 
-import importlib
-
 import jax
 import torch
 
@@ -82,12 +80,6 @@ def _lightning_indexer_scores_fake(q: torch.Tensor, indexer_weights: torch.Tenso
 
 
 # ---- What users call ---------------------------------------------------------------------------
-def _check_jax_for_sparsecore_topk(op: str) -> None:
-    if not hasattr(importlib.import_module("jax.experimental.mosaic"), "OptLevel"):
-        raise RuntimeError(f"tokamax {op} needs jax >= 0.11.1 (jax.experimental.mosaic.OptLevel, for its SparseCore "
-                           f"top-k), this is jax {jax.__version__}")
-
-
 def _check(q: torch.Tensor, indexer_weights: torch.Tensor, cache_kv: torch.Tensor, index: dict[str, torch.Tensor],
            k: int, compression_ratio: int, kv_layout: str, cp_size: int, cp_rank: int) -> None:
     op = "lightning_indexer"
@@ -139,7 +131,7 @@ def lightning_indexer(q: torch.Tensor, indexer_weights: torch.Tensor, cache_kv: 
         cp_rank = int(cp_rank.item())
     index = {"seq_lens": seq_lens, "page_indices": page_indices, "cu_q_lens": cu_q_lens, "distribution": distribution}
     _check(q, indexer_weights, cache_kv, index, k, compression_ratio, kv_layout, cp_size, cp_rank)
-    _check_jax_for_sparsecore_topk(op)
+    _checks.jax_has(op, *_checks.MOSAIC_OPT_LEVEL)
     tensors = (q, indexer_weights, cache_kv, *index.values())
     args = (*(t.contiguous() for t in tensors), k, compression_ratio, kv_layout, cp_size, cp_rank, interleave_size)
     return lightning_indexer_scores_op(*args) if return_scores else lightning_indexer_op(*args)

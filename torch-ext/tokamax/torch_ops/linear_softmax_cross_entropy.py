@@ -27,13 +27,6 @@ __all__ = ["linear_softmax_cross_entropy_loss", "linear_softmax_cross_entropy_lo
 REDUCTIONS = ("sum", "mean", "none")
 
 
-def _check_jax(op: str) -> None:
-    from jax.experimental.pallas import tpu as pltpu
-
-    if not hasattr(pltpu, "TensorCoreMesh"):
-        raise RuntimeError(f"tokamax {op} needs jax >= 0.11.1 (pltpu.TensorCoreMesh), this is jax {jax.__version__}")
-
-
 def _on_tensorcores(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Traces `fn` under a one-core abstract CPU mesh where there is no mesh and no TPU device.
 
@@ -64,7 +57,7 @@ def _loss_public(x: jax.Array, labels: jax.Array, w: jax.Array, reduction: str) 
 @chip_for_tracing()
 def _lsce_jax(x: jax.Array, labels: jax.Array, w: jax.Array, reduction: str) -> tuple[jax.Array, jax.Array]:
     """(loss, lse): the public call's Op with its residual, the per-row log-sum-exp, returned too."""
-    _check_jax("linear_softmax_cross_entropy_loss")
+    _checks.jax_has("linear_softmax_cross_entropy_loss", *_checks.TENSORCORE_MESH)
 
     def run(x: jax.Array, labels: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
         loss, (lse,) = _mosaic_op()(x, labels, w, reduction=reduction, return_residuals=True)
@@ -77,7 +70,7 @@ def _lsce_jax(x: jax.Array, labels: jax.Array, w: jax.Array, reduction: str) -> 
 def _lsce_bwd_jax(x: jax.Array, labels: jax.Array, w: jax.Array, d_loss: jax.Array, reduction: str
                   ) -> tuple[jax.Array, jax.Array]:
     """(dx, dw): the VJP of the public call, upstream's backward kernel."""
-    _check_jax("linear_softmax_cross_entropy_loss")
+    _checks.jax_has("linear_softmax_cross_entropy_loss", *_checks.TENSORCORE_MESH)
 
     def run(x: jax.Array, labels: jax.Array, w: jax.Array, d_loss: jax.Array) -> tuple[jax.Array, jax.Array]:
         _, vjp = jax.vjp(lambda x, w: _loss_public(x, labels, w, reduction), x, w)
@@ -147,5 +140,5 @@ def linear_softmax_cross_entropy_loss(x: torch.Tensor, labels: torch.Tensor, w: 
     _checks.same(op, "the hidden sizes", x=x.shape[1], w=w.shape[0])
     _checks.choice(op, "reduction", reduction, REDUCTIONS)
     if x.device.type != "meta":  # meta tensors only run the fake kernels, with any jax
-        _check_jax(op)
+        _checks.jax_has(op, *_checks.TENSORCORE_MESH)
     return linear_softmax_cross_entropy_loss_op(x.contiguous(), labels.contiguous(), w.contiguous(), reduction)

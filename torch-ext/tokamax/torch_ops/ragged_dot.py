@@ -161,23 +161,16 @@ def tgmm(lhs: torch.Tensor, grad: torch.Tensor, group_sizes: torch.Tensor) -> to
     return tgmm_op(lhs.contiguous(), grad.contiguous(), group_sizes.contiguous())
 
 
-def _check_jax_for_v2(op: str) -> None:
-    from jax.experimental.pallas import tpu as pltpu
-
-    if not hasattr(pltpu, "TensorCoreMesh"):
-        raise RuntimeError(f"tokamax {op} needs jax >= 0.11.1 (pltpu.TensorCoreMesh), this is jax {jax.__version__}")
-
-
 def gmm_v2(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, *, transpose_rhs: bool = False
            ) -> torch.Tensor:
     """Grouped matmul with the v2 kernel (TPU only: JAX's interpreter cannot run it on CPU; jax >= 0.11.1)."""
-    _check_jax_for_v2("gmm_v2")
+    _checks.jax_has("gmm_v2", *_checks.TENSORCORE_MESH)
     _check_gmm("gmm_v2", lhs, rhs, group_sizes, transpose_rhs)
     return gmm_v2_op(lhs.contiguous(), rhs.contiguous(), group_sizes.contiguous(), transpose_rhs)
 
 
 def tgmm_v2(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
     """Per-group `lhs_g^T @ rhs_g` with the v2 kernel (TPU only; jax >= 0.11.1): lhs [m, k], rhs [m, n]."""
-    _check_jax_for_v2("tgmm_v2")
+    _checks.jax_has("tgmm_v2", *_checks.TENSORCORE_MESH)
     _check_tgmm("tgmm_v2", lhs, rhs, group_sizes, "rhs")
     return tgmm_v2_op(lhs.contiguous(), rhs.contiguous(), group_sizes.contiguous())

@@ -24,20 +24,12 @@ _NO_CPU = ("no interpreter rules for SparseCore primitives: `plsc.parallel_loop`
            "rule, so the interpreted kernel cannot be traced")
 
 
-def _check_jax(op: str) -> None:
-    import jax.experimental.mosaic
-
-    if not hasattr(jax.experimental.mosaic, "OptLevel"):
-        raise RuntimeError(f"tokamax {op} needs jax >= 0.11.1 (jax.experimental.mosaic.OptLevel), "
-                           f"this is jax {jax.__version__}")
-
-
 # ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
 @chip_for_tracing(CHIP)
 def _topk_jax(scores: jax.Array, row_lengths: jax.Array | None, k: int, return_scores: bool
               ) -> tuple[jax.Array, jax.Array]:
     """(indices, score bits); without `return_scores` the second is an empty int32 scalar, as upstream's."""
-    _check_jax("topk")
+    _checks.jax_has("topk", *_checks.MOSAIC_OPT_LEVEL)
     out = ops.top_k(scores, k, row_lengths, return_scores=return_scores, implementation="mosaic_tpu")
     return out if return_scores else (out, jnp.zeros((), jnp.int32))
 
@@ -77,7 +69,7 @@ def topk(scores: torch.Tensor, k: int, row_lengths: torch.Tensor | None = None, 
     if not isinstance(return_scores, bool):
         raise TypeError(f"tokamax {op}: return_scores must be a bool, got {type(return_scores).__name__}")
     if scores.device.type == "tpu":  # CPU tensors are refused by the op, meta tensors need no jax
-        _check_jax(op)
+        _checks.jax_has(op, *_checks.MOSAIC_OPT_LEVEL)
     indices, bits = topk_op(scores.contiguous(), None if row_lengths is None else row_lengths.contiguous(), k,
                             return_scores)
     return indices, (bits if return_scores else None)
