@@ -17,7 +17,6 @@ from typing import Any
 import jax
 import torch
 
-from .. import ops
 from . import _checks
 from ._bridge import chip_for_tracing, register
 
@@ -49,10 +48,6 @@ def _mosaic_op() -> Any:
     return api.IMPLEMENTATIONS["mosaic_tpu"]
 
 
-def _loss_public(x: jax.Array, labels: jax.Array, w: jax.Array, reduction: str) -> jax.Array:
-    return ops.linear_softmax_cross_entropy_loss(x, labels, w, reduction=reduction, implementation="mosaic_tpu")
-
-
 # ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
 @chip_for_tracing()
 def _lsce_jax(x: jax.Array, labels: jax.Array, w: jax.Array, reduction: str) -> tuple[jax.Array, jax.Array]:
@@ -67,16 +62,20 @@ def _lsce_jax(x: jax.Array, labels: jax.Array, w: jax.Array, reduction: str) -> 
 
 
 @chip_for_tracing()
-def _lsce_bwd_jax(x: jax.Array, labels: jax.Array, w: jax.Array, d_loss: jax.Array, reduction: str
-                  ) -> tuple[jax.Array, jax.Array]:
-    """(dx, dw): the VJP of the public call, upstream's backward kernel."""
+def _lsce_bwd_jax(x: jax.Array, labels: jax.Array, w: jax.Array, lse: jax.Array, loss: jax.Array,
+                  d_loss: jax.Array, reduction: str) -> tuple[jax.Array, jax.Array]:
+    """(dx, dw): upstream's VJP Op (with its own config choice) on the forward's residual, as upstream's
+    custom VJP runs it (and upstream's Torch op): no second forward. Equal, bit for bit, to `jax.vjp` of
+    the public call (checked in interpret mode with jax 0.12)."""
     _checks.jax_has("linear_softmax_cross_entropy_loss", *_checks.TENSORCORE_MESH)
 
-    def run(x: jax.Array, labels: jax.Array, w: jax.Array, d_loss: jax.Array) -> tuple[jax.Array, jax.Array]:
-        _, vjp = jax.vjp(lambda x, w: _loss_public(x, labels, w, reduction), x, w)
-        return vjp(d_loss.astype(jax.numpy.float32))
+    def run(x: jax.Array, labels: jax.Array, w: jax.Array, lse: jax.Array, loss: jax.Array, d_loss: jax.Array
+            ) -> tuple[jax.Array, jax.Array]:
+        dx, _, dw = _mosaic_op().vjp((lse,), loss, d_loss.astype(jax.numpy.float32), x, labels, w,
+                                     reduction=reduction)
+        return dx, dw
 
-    return _on_tensorcores(run)(x, labels, w, d_loss)
+    return _on_tensorcores(run)(x, labels, w, lse, loss, d_loss)
 
 
 linear_softmax_cross_entropy_loss_op = register("linear_softmax_cross_entropy_loss", _lsce_jax)
@@ -92,8 +91,8 @@ def _lsce_fake(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, reduction
 
 
 @linear_softmax_cross_entropy_loss_bwd_op.register_fake
-def _lsce_bwd_fake(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, d_loss: torch.Tensor, reduction: str
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def _lsce_bwd_fake(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, lse: torch.Tensor, loss: torch.Tensor,
+                   d_loss: torch.Tensor, reduction: str) -> tuple[torch.Tensor, torch.Tensor]:
     # upstream's backward kernel gives float32 gradients for bf16 operands too
     return torch.empty_like(x, dtype=torch.float32), torch.empty_like(w, dtype=torch.float32)
 
@@ -101,16 +100,17 @@ def _lsce_bwd_fake(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, d_los
 # ---- Autograd: upstream's VJP (the loss only; lse is not differentiable, as upstream's op ignores it) ----
 def _lsce_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
     x, labels, w, reduction = inputs
-    ctx.save_for_backward(x, labels, w)
+    loss, lse = output
+    ctx.save_for_backward(x, labels, w, lse, loss)
     ctx.reduction = reduction
-    ctx.mark_non_differentiable(output[1])
+    ctx.mark_non_differentiable(lse)
 
 
 def _lsce_backward(ctx: Any, d_loss: torch.Tensor | None, d_lse: torch.Tensor | None) -> tuple:
-    x, labels, w = ctx.saved_tensors
+    x, labels, w, lse, loss = ctx.saved_tensors
     if d_loss is None:
         return None, None, None, None
-    dx, dw = linear_softmax_cross_entropy_loss_bwd_op(x, labels, w, d_loss.to(torch.float32).contiguous(),
+    dx, dw = linear_softmax_cross_entropy_loss_bwd_op(x, labels, w, lse, loss, d_loss.to(torch.float32).contiguous(),
                                                       ctx.reduction)
     return dx.to(x.dtype), None, dw.to(w.dtype), None
 
