@@ -106,16 +106,14 @@ def test_segment_ids_soft_cap_and_sinks_match_torch(ops):
 @pytest.mark.kernels_ci
 def test_fakes_match_jax_shapes(ops, tokamax):
     f = checks.family(ops, "splash_attention")
-    checks.assert_in_build_namespace(tokamax, ops.splash_op, ops.splash_bwd_op, ops.splash_segments_op,
-                                     ops.splash_segments_bwd_op)
+    checks.assert_in_build_namespace(tokamax, ops.splash_op, ops.splash_bwd_op)
     q, k = torch.zeros(4, 256, 128, dtype=torch.bfloat16), torch.zeros(2, 256, 128, dtype=torch.bfloat16)
-    segments, sinks = torch.zeros(256, dtype=torch.int32), torch.zeros(4)
-    checks.fake_matches_jax(ops, ops.splash_op, f._splash_jax, q, k, k, True, -1, -1)
-    checks.fake_matches_jax(ops, ops.splash_bwd_op, f._splash_bwd_jax, q, k, k, q, True, 64, 0)
-    checks.fake_matches_jax(ops, ops.splash_segments_op, f._splash_segments_fwd_jax, q, k, k, segments, segments, sinks,
-                            True, -1, -1, 5.0, True)
-    checks.fake_matches_jax(ops, ops.splash_segments_bwd_op, f._splash_segments_bwd_jax, q, k, k, segments, segments,
-                            sinks, q, True, -1, -1, 5.0, True)
+    segments, sinks, rows = torch.zeros(256, dtype=torch.int32), torch.zeros(4), torch.zeros(4, 256)
+    for seg, snk, statics in ((None, None, (True, -1, -1, -1.0)), (None, None, (True, 64, 0, -1.0)),
+                              (segments, sinks, (True, -1, -1, 5.0))):
+        checks.fake_matches_jax(ops, ops.splash_op, f._splash_jax, q, k, k, seg, snk, *statics)
+        checks.fake_matches_jax(ops, ops.splash_bwd_op, f._splash_bwd_jax, q, k, k, seg, snk, q, rows, rows, q,
+                                *statics)
 
 
 @pytest.mark.kernels_ci
@@ -135,4 +133,9 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
 def test_runs_upstreams_public_op(ops):
     f = checks.family(ops, "splash_attention")
     q = torch.zeros(2, 1024, 128, dtype=torch.bfloat16)
-    assert checks.public_op_classes(ops, f._splash_jax, q, q, q, True, -1, -1) == {"PallasMosaicTpuSplashAttention"}
+    assert checks.public_op_classes(ops, f._splash_jax, q, q, q, None, None, True, -1, -1, -1.0) == {
+        "PallasMosaicTpuSplashAttention"}
+    # the backward: upstream's VJP Op on the saved residuals, no forward kernel again
+    rows = torch.zeros(2, 1024)
+    assert checks.public_op_classes(ops, f._splash_bwd_jax, q, q, q, None, None, q, rows, rows, q, True, -1, -1,
+                                    -1.0) == {"PallasMosaicTpuSplashAttentionVjp"}
