@@ -93,6 +93,19 @@ def bridge(torch_python: str, calls: int) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
+def torch_ops_first_use(torch_python: str, runs: int) -> dict:
+    """Cold processes: the first `torch_ops` access (every op family imported, its ops registered)."""
+    samples = []
+    for _ in range(runs):
+        result = subprocess.run([torch_python, str(PROBES / "torch_ops_first_use.py"), str(VARIANT)],
+                                capture_output=True, text=True, env={**_env(), "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})
+        if result.returncode != 0:
+            raise RuntimeError(f"torch_ops probe failed:\n{result.stderr[-3000:]}")
+        samples.append(json.loads(result.stdout.splitlines()[-1]))
+    ms = [s["torch_ops_ms"] for s in samples]
+    return {"torch_ops_ms": stats(ms), "custom_ops": samples[0]["custom_ops"], "families": samples[0]["families"]}
+
+
 def selection(jax_python: str, rounds: int) -> dict:
     """Trace-time cost of upstream's config choice (public op vs raw kernel), in milliseconds."""
     result = subprocess.run([jax_python, str(PROBES / "selection_cost.py"), str(VARIANT), str(rounds)],
@@ -145,6 +158,10 @@ def table(results: dict) -> str:
                  f"{sel['public'] - sel['raw']:+.1f} ms", f"{sel['public']:.1f} vs {sel['raw']:.1f} ms per trace"))
     rows.append(("first public call: import Op layer / read table + trace", f"{sel['import_ops']:.0f} ms",
                  f"then {sel['first_public']:.0f} ms"))
+    first = results["torch_ops"]
+    rows.append((f"first use of torch_ops ({first['families']} families, {first['custom_ops']} custom ops)",
+                 f"{first['torch_ops_ms']['median']:.0f} ms",
+                 f"{first['torch_ops_ms']['min']:.0f}–{first['torch_ops_ms']['max']:.0f} ms, after get_kernel"))
     for size in ("small", "large"):
         b = br[size]
         rows.append((f"bridge on CPU, {b['mib']:.2f} MiB input: Torch op vs jitted JAX",
@@ -177,6 +194,7 @@ def main() -> int:
         "footprint": footprint(pythons["upstream"]),
         "port": bench_port.measure(args.port_runs, 1),
         "bridge": bridge(pythons["torch-tier"], args.bridge_calls),
+        "torch_ops": torch_ops_first_use(pythons["torch-tier"], args.runs),
         "selection": selection(pythons["jax-tier"], args.selection_rounds),
         "test_tiers": test_tiers(),
     }
