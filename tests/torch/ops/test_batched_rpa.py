@@ -77,6 +77,15 @@ def test_traces_with_symbolic_token_count_and_compiles_once(ops):
 
 
 @pytest.mark.kernels_ci
+def test_donates_the_kv_cache_and_nothing_else_as_upstreams_torch_op(ops):
+    """torch-tpu's kernel wrapper gets donate_argnums for kv_cache (argument 3) only; the other ops donate
+    nothing (upstream's Torch ops donate only here)."""
+    assert list(ops.batched_rpa_op._init_fn.donate_argnums) == [3]
+    others = [getattr(ops, n) for n in ops.__all__ if n.endswith("_op") and n != "batched_rpa_op"]
+    assert others and all(not op._init_fn.donate_argnums for op in others)
+
+
+@pytest.mark.kernels_ci
 def test_runs_upstreams_public_op(ops):
     # The public JAX case's shapes (tests/jax/public/batched_rpa_cases.py): 64 tokens, GQA 8/2, 4 sequences.
     args = _op_args(_tensors(tokens=64, hq=8, hkv=2, pages=32, seqs=4, per_seq=8), sm_scale=128**-0.5)

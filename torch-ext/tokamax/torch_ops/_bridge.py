@@ -58,14 +58,16 @@ def _cpu_kernel(jax_fn: Callable[..., Any], chip: str | None) -> Callable[..., A
     return kernel
 
 
-def register(name: str, jax_fn: Callable[..., Any], *, no_cpu: str | None = None, chip: str | None = None) -> Any:
+def register(name: str, jax_fn: Callable[..., Any], *, no_cpu: str | None = None, chip: str | None = None,
+             donate_argnums: tuple[int, ...] | None = None) -> Any:
     """The custom op `name` in this build's namespace, made from the annotated JAX function.
 
     CPU tensors run it in interpret mode (as `chip`, default `emulation.cpu_chip()`), unless
     `no_cpu` says why JAX's interpreter cannot; then a CPU call raises NotImplementedError with
-    that reason.
+    that reason. `donate_argnums`: arguments whose TPU buffers the kernel may reuse for its outputs
+    (torch-tpu's `jax_op`; the tensors passed there are invalid after the call).
     """
-    op = jax_op(add_op_namespace_prefix(name), jax_fn)
+    op = jax_op(add_op_namespace_prefix(name), jax_fn, donate_argnums=donate_argnums)
     if no_cpu is None:
         op.register_kernel("cpu", _cpu_kernel(jax_fn, chip))
     else:

@@ -40,7 +40,9 @@ def _batched_rpa_jax(queries: jax.Array, keys: jax.Array, values: jax.Array, kv_
         attention_scope=attention_scope, implementation="mosaic_tpu")
 
 
-batched_rpa_op = register("batched_rpa", _batched_rpa_jax, no_cpu=_NO_CPU)
+# kv_cache (argument 3) is donated, as upstream's Torch op does: the kernel writes the new keys and values
+# into the cache's own buffer instead of a copy of it.
+batched_rpa_op = register("batched_rpa", _batched_rpa_jax, no_cpu=_NO_CPU, donate_argnums=(3,))
 
 
 # ---- Fake kernel that takes symbolic sizes ----------------------------------------------------
@@ -107,8 +109,9 @@ def batched_rpa(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     [1] with `cp_group_size` for context parallelism.
 
     out has queries' shape and dtype; new_kv_cache has kv_cache's shape, with the new keys and values
-    written in (unless `skip_kv_update`): use it in place of kv_cache (which, unlike in upstream's Torch op,
-    is not donated: it stays valid, at the cost of a copy of the cache per call). Upstream's kernel is causal
+    written in (unless `skip_kv_update`): use it in place of kv_cache, which is donated as in upstream's
+    Torch op (on TPU the kernel updates its buffer; the kv_cache tensor passed in is invalid afterwards,
+    so no copy of the cache is made per call). Upstream's kernel is causal
     only (`use_causal_mask` must be True) and takes no `chunk_prefill_size`. Not taken: upstream's
     `decode_block_sizes`, `prefill_block_sizes` and `vmem_limit_bytes` (upstream's config choice decides);
     `out_dtype` (upstream's kernel cannot write an output dtype other than queries': it fails reshaping the
