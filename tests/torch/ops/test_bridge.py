@@ -90,3 +90,24 @@ def test_an_unknown_attached_tpu_is_an_error_not_a_guess(ops, monkeypatch):
         monkeypatch.undo()
         bridge.attached_chip.cache_clear()
     assert bridge.attached_chip() is None  # this host: no TPU on the PCI bus
+
+
+@pytest.mark.kernels_ci
+def test_on_a_torch_tpu_host_an_op_for_another_chip_is_refused(ops, monkeypatch):
+    """DeepSeek RoPE runs on TPU7x only (upstream's `supported_on`); cross-compiling skips upstream's check, so
+    the bridge keeps it: on a simulated v6e torch-tpu host the export stops with a message naming both chips."""
+    import jax
+    import jax.numpy as jnp
+
+    bridge = importlib.import_module(f"{ops.__name__}._bridge")
+    monkeypatch.setattr(torch.tpu, "get_device_name", lambda device=None: "TPU v6e")
+    bridge.attached_chip.cache_clear()
+    try:
+        specs = (jax.ShapeDtypeStruct((16, 256), jnp.bfloat16), jax.ShapeDtypeStruct((16,), jnp.int32),
+                 jax.ShapeDtypeStruct((64, 64), jnp.float32))
+        rope = ops.families["deepseek_rope"]._rope_jax
+        with pytest.raises(NotImplementedError, match=r"upstream runs this kernel on v7x only; torch-tpu's TPU is v6e"):
+            jax.export.export(jax.jit(lambda *a: rope(*a, "rope", False, 1e-6)), platforms=["tpu"])(*specs)
+    finally:
+        monkeypatch.undo()
+        bridge.attached_chip.cache_clear()

@@ -104,7 +104,8 @@ def chip_for_tracing(chip: str | None = None) -> Callable[[Callable[..., Any]], 
     the chip is, in order: the one an enclosing block already emulates (the CPU kernel's, a test's),
     the one torch-tpu runs on (`attached_chip`), `chip` (an op upstream runs on one chip only), or
     `emulation.cpu_chip()`. When torch-tpu's TPU is the answer (its export for the TPU), the chip's
-    abstract mesh is set too, so upstream's Op finds that chip's autotuning table.
+    abstract mesh is set too, so upstream's Op finds that chip's autotuning table, and an op upstream
+    runs on `chip` only is refused on another TPU, as upstream's device check would.
     """
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
@@ -112,6 +113,10 @@ def chip_for_tracing(chip: str | None = None) -> Callable[[Callable[..., Any]], 
             if jax.default_backend() == "tpu":
                 return fn(*args, **kwargs)
             emulated, attached = emulation.current_chip(), attached_chip()
+            if emulated is None and attached is not None and chip is not None and attached != chip:
+                # upstream's Op would refuse it (its `supported_on`), but `cross_compile` skips that check
+                raise NotImplementedError(f"tokamax {fn.__name__.strip('_').removesuffix('_jax')}: upstream runs this "
+                                          f"kernel on {chip} only; torch-tpu's TPU is {attached}")
             with contextlib.ExitStack() as stack:
                 stack.enter_context(emulation.emulated_chip(emulated or attached or chip or emulation.cpu_chip()))
                 stack.enter_context(ops.config.cross_compile(True))
