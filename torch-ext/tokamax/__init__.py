@@ -50,7 +50,7 @@ KERNEL_MODULES = (
 )
 
 # Our modules, also loaded on first use: running the kernels on a CPU host (emulation.py), the
-# public ops with upstream's config choice (ops/) and the Torch ops (torch_ops.py, which needs
+# public ops with upstream's config choice (ops/) and the Torch ops (torch_ops/, which needs
 # torch and torch-tpu).
 HELPER_MODULES = ("emulation", "integrations", "layers", "ops", "torch_ops")
 
