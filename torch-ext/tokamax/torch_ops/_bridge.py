@@ -43,7 +43,8 @@ def to_torch(array: jax.Array) -> torch.Tensor:
 
 
 def _cpu_kernel(jax_fn: Callable[..., Any], chip: str | None) -> Callable[..., Any]:
-    """The CPU implementation of an op: DLPack in, the function in interpret mode, DLPack out."""
+    """The CPU implementation of an op: DLPack in, the function in interpret mode, DLPack out.
+    (`chip_for_tracing` on the function sees the chip set here and turns `cross_compile` on.)"""
     jitted: dict[tuple, Callable[..., Any]] = {}
 
     def kernel(*args: Any) -> Any:
@@ -51,25 +52,26 @@ def _cpu_kernel(jax_fn: Callable[..., Any], chip: str | None) -> Callable[..., A
         if statics not in jitted:
             jitted[statics] = jax.jit(jax_fn, static_argnums=tuple(i for i, _ in statics))
         arrays = [to_jax(a) if isinstance(a, torch.Tensor) else a for a in args]
-        with emulation.interpret_on_cpu(chip or emulation.cpu_chip()), ops.config.cross_compile(True):
+        with emulation.interpret_on_cpu(chip or emulation.cpu_chip()):
             out = jitted[statics](*arrays)
         return jax.tree.map(to_torch, out)
 
     return kernel
 
 
-def register(name: str, jax_fn: Callable[..., Any], *, no_cpu: str | None = None, chip: str | None = None,
+def register(name: str, jax_fn: Callable[..., Any], *, no_cpu: str | None = None,
              donate_argnums: tuple[int, ...] | None = None) -> Any:
     """The custom op `name` in this build's namespace, made from the annotated JAX function.
 
-    CPU tensors run it in interpret mode (as `chip`, default `emulation.cpu_chip()`), unless
+    CPU tensors run it in interpret mode (as the chip its `chip_for_tracing` pins, default
+    `emulation.cpu_chip()`), unless
     `no_cpu` says why JAX's interpreter cannot; then a CPU call raises NotImplementedError with
     that reason. `donate_argnums`: arguments whose TPU buffers the kernel may reuse for its outputs
     (torch-tpu's `jax_op`; the tensors passed there are invalid after the call).
     """
     op = jax_op(add_op_namespace_prefix(name), jax_fn, donate_argnums=donate_argnums)
     if no_cpu is None:
-        op.register_kernel("cpu", _cpu_kernel(jax_fn, chip))
+        op.register_kernel("cpu", _cpu_kernel(jax_fn, getattr(jax_fn, "pinned_chip", None)))
     else:
         def refuse(*args: Any) -> Any:
             raise NotImplementedError(f"tokamax {name} runs on TPU only: JAX's Pallas TPU interpreter cannot "
@@ -125,5 +127,6 @@ def chip_for_tracing(chip: str | None = None) -> Callable[[Callable[..., Any]], 
                     # lookup from the abstract mesh (else it sees JAX's CPU and takes its heuristics).
                     stack.enter_context(jax.sharding.use_abstract_mesh(emulation.tpu_mesh(attached)))
                 return fn(*args, **kwargs)
+        wrapped.pinned_chip = chip  # read by `register` for the CPU kernel
         return wrapped
     return decorate

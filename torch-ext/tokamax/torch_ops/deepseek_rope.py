@@ -43,8 +43,8 @@ def _rope_quant_jax(x: jax.Array, positions: jax.Array, cos_sin_cache: jax.Array
     return q, scales
 
 
-deepseek_rope_op = register("deepseek_rope", _rope_jax, chip=_CHIP)
-deepseek_rope_quant_op = register("deepseek_rope_quant", _rope_quant_jax, chip=_CHIP)
+deepseek_rope_op = register("deepseek_rope", _rope_jax)
+deepseek_rope_quant_op = register("deepseek_rope_quant", _rope_quant_jax)
 
 
 # ---- Fake kernels that take symbolic sizes ------------------------------------------------------

@@ -65,8 +65,8 @@ def _dsv4_csa_jax(cache: jax.Array, positions: jax.Array, block_table: jax.Array
                    rms_eps)
 
 
-dsv4_compressor_op = register(_OP, _dsv4_jax, no_cpu=_NO_CPU, chip=_CHIP)
-dsv4_compressor_csa_op = register("dsv4_compressor_csa", _dsv4_csa_jax, no_cpu=_NO_CPU, chip=_CHIP)
+dsv4_compressor_op = register(_OP, _dsv4_jax, no_cpu=_NO_CPU)
+dsv4_compressor_csa_op = register("dsv4_compressor_csa", _dsv4_csa_jax, no_cpu=_NO_CPU)
 
 
 # ---- Fake kernels that take symbolic sizes: the caches keep their shapes and dtypes -----------

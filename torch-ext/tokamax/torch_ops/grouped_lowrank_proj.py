@@ -29,7 +29,7 @@ def _proj_jax(x: jax.Array, positions: jax.Array, cos_sin_cache: jax.Array, wo_a
                                     quantize_activations=quantize_activations, implementation="mosaic_tpu")
 
 
-grouped_lowrank_proj_op = register("grouped_lowrank_proj", _proj_jax, chip=_CHIP)
+grouped_lowrank_proj_op = register("grouped_lowrank_proj", _proj_jax)
 
 
 # ---- Fake kernel that takes symbolic sizes ------------------------------------------------------

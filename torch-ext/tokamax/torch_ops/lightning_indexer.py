@@ -55,9 +55,8 @@ def _lightning_indexer_scores_jax(q: jax.Array, indexer_weights: jax.Array, cach
                            compression_ratio, kv_layout, cp_size, cp_rank, interleave_size, True)
 
 
-lightning_indexer_op = register("lightning_indexer", _lightning_indexer_jax, no_cpu=_NO_CPU, chip=_CHIP)
-lightning_indexer_scores_op = register("lightning_indexer_scores", _lightning_indexer_scores_jax, no_cpu=_NO_CPU,
-                                       chip=_CHIP)
+lightning_indexer_op = register("lightning_indexer", _lightning_indexer_jax, no_cpu=_NO_CPU)
+lightning_indexer_scores_op = register("lightning_indexer_scores", _lightning_indexer_scores_jax, no_cpu=_NO_CPU)
 
 
 # ---- Fake kernels that take symbolic sizes ----------------------------------------------------

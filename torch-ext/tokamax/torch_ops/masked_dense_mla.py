@@ -37,7 +37,7 @@ def _masked_dense_mla_jax(q: jax.Array, cache_kv_nope: jax.Array, cache_kv_rope:
                                 sequence_start=sequence_start, implementation="mosaic")
 
 
-masked_dense_mla_op = register("masked_dense_mla", _masked_dense_mla_jax, no_cpu=_NO_CPU, chip=_CHIP)
+masked_dense_mla_op = register("masked_dense_mla", _masked_dense_mla_jax, no_cpu=_NO_CPU)
 
 
 # ---- Fake kernel that takes symbolic sizes ----------------------------------------------------

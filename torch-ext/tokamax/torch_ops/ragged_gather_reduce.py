@@ -31,7 +31,7 @@ def _ragged_gather_reduce_jax(x: jax.Array, indices: jax.Array, topk_weights: ja
                                     implementation="mosaic_tpu")
 
 
-ragged_gather_reduce_op = register("ragged_gather_reduce", _ragged_gather_reduce_jax, no_cpu=NO_CPU, chip=CHIP)
+ragged_gather_reduce_op = register("ragged_gather_reduce", _ragged_gather_reduce_jax, no_cpu=NO_CPU)
 
 
 # ---- Fake kernel that takes symbolic sizes ------------------------------------------------------

@@ -38,7 +38,7 @@ def _sparse_mla_jax(q: jax.Array, cache_kv_nope: jax.Array, cache_kv_rope: jax.A
                           implementation="mosaic_tpu")
 
 
-sparse_mla_op = register("sparse_mla", _sparse_mla_jax, no_cpu=_NO_CPU, chip=_CHIP)
+sparse_mla_op = register("sparse_mla", _sparse_mla_jax, no_cpu=_NO_CPU)
 
 
 # ---- Fake kernel that takes symbolic sizes ----------------------------------------------------

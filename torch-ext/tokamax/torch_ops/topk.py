@@ -34,7 +34,7 @@ def _topk_jax(scores: jax.Array, row_lengths: jax.Array | None, k: int, return_s
     return out if return_scores else (out, jnp.zeros((), jnp.int32))
 
 
-topk_op = register("topk", _topk_jax, no_cpu=_NO_CPU, chip=CHIP)
+topk_op = register("topk", _topk_jax, no_cpu=_NO_CPU)
 
 
 # ---- Fake kernel that takes symbolic sizes ------------------------------------------------------
