@@ -1,4 +1,5 @@
-"""All benchmarks in one run, side by side: load, footprint, port, bridge, config choice, test tiers.
+"""All benchmarks in one run, side by side: load, footprint, port, bridge, config choice, attention
+(window masks' module size, decode reads, generate() exports), test tiers.
 
     ./bench.sh [--runs 9] [--json build/benchmarks.json]
 
@@ -115,6 +116,23 @@ def selection(jax_python: str, rounds: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _probe_json(python: str, probe: str, *args: str, torch_tier: bool = False) -> dict:
+    env = {**_env(), "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"} if torch_tier else None
+    result = subprocess.run([python, str(PROBES / probe), *args], capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise RuntimeError(f"{probe} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def attention(pythons: dict[str, str]) -> dict:
+    """Counted, not timed: the lowered module of a window-128 splash call (ours against upstream's
+    public call), KV slots a decode step reads, the exports and kernel calls of generate()."""
+    return {"window_module": {"ours": _probe_json(pythons["jax-tier"], "window_module_size.py", "ours", str(VARIANT)),
+                              "upstream": _probe_json(pythons["upstream"], "window_module_size.py", "upstream")},
+            "decode_reads": _probe_json(pythons["jax-tier"], "decode_reads.py", str(VARIANT)),
+            "generate": _probe_json(pythons["torch-tier"], "generate_exports.py", str(VARIANT), torch_tier=True)}
+
+
 def _env() -> dict:
     import os
 
@@ -166,6 +184,24 @@ def table(results: dict) -> str:
         b = br[size]
         rows.append((f"bridge on CPU, {b['mib']:.2f} MiB input: Torch op vs jitted JAX",
                      f"{b['overhead_us']:+.0f} us", f"{b['torch_op_us']:.0f} vs {b['jax_jit_us']:.0f} us per call"))
+    att = results["attention"]
+    for length, ours in att["window_module"]["ours"].items():
+        theirs = att["window_module"]["upstream"][length]
+        rows.append((f"window-128 splash at {length} tokens: lowered module, ours vs upstream's public call",
+                     f"{ours['bytes'] / 1e3:.0f} kB",
+                     f"{theirs['bytes'] / 1e6:.1f} MB ({theirs['bytes'] / ours['bytes']:.0f}x); "
+                     f"lowering {ours['lower_s']:.2f} vs {theirs['lower_s']:.2f} s"))
+    for name, layer in att["decode_reads"].items():
+        reads = ", ".join(f"{n / 1e3:.1f}k at {fill}" for fill, n in layer["tokamax"].items())
+        rows.append((f"decode step, 4096-slot static cache, {name}: KV slots read", reads,
+                     f"dense: {layer['dense'] / 1e3:.1f}k ({layer['dense_repeated'] / 1e3:.0f}k repeated per q head)"))
+    gen = att["generate"]
+    for cache in ("static", "dynamic"):
+        exports = ", ".join(f"{op} {n}" for op, n in gen[cache].items())
+        rows.append((f"generate() {gen['new_tokens']} tokens from {gen['prompt']}, {cache} cache: exports", exports,
+                     f"{gen['kv_lengths_seen']} KV lengths seen"))
+    rows.append(("attention kernel calls per layer, batch of 4", f"{gen['batch4_calls_per_layer']:.0f}",
+                 "forward (backward: 1 more)"))
     for tier, t in results["test_tiers"].items():
         rows.append((f"test tier {tier} (CPU, interpret mode), last ./test.sh", f"{t['seconds']:.0f} s",
                      f"{t['tests']} tests"))
@@ -196,6 +232,7 @@ def main() -> int:
         "bridge": bridge(pythons["torch-tier"], args.bridge_calls),
         "torch_ops": torch_ops_first_use(pythons["torch-tier"], args.runs),
         "selection": selection(pythons["jax-tier"], args.selection_rounds),
+        "attention": attention(pythons),
         "test_tiers": test_tiers(),
     }
     print(f"Benchmarks, {results['date']}, {results['machine']}\n")

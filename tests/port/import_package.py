@@ -1,8 +1,8 @@
 """Run by test_minimal_envs in a venv holding only JAX: `python import_package.py PACKAGE_DIR`.
 
 Loads the kernel package under a name that is not `tokamax`, with upstream's dropped dependencies
-blocked, imports every kernel module and every public op (upstream's Op layer), and prints what
-happened as JSON.
+blocked, imports every kernel module, every public op (upstream's Op layer) and the JAX splash layer
+(`splash`, with upstream's lazy masks it builds), and prints what happened as JSON.
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ def main(package_dir: Path) -> int:
     for prefix, namespace in (("", module.ops), ("tpu.", module.ops.tpu), ("experimental.", module.ops.experimental),
                               ("experimental.tpu.", module.ops.experimental.tpu)):
         public += [prefix + name for name in namespace.__all__ if getattr(namespace, name) is not None]
+    mask = module.splash.MaskSpec.of(True, (127, 0)).lazy((256, 256), 0)
     import jax
 
     print(json.dumps({"python": "{}.{}".format(*sys.version_info[:2]), "jax": jax.__version__, "imported": imported,
-                      "public": public,
+                      "public": public, "splash_mask": type(mask).__name__,
                       "dropped_loaded": importguard.loaded()}))
     return 0
 

@@ -1,4 +1,5 @@
-"""Every kernel module and public op imports where only JAX is installed (3.12/jax 0.12, 3.11/jax 0.10.2)."""
+"""Every kernel module, public op and the JAX splash layer imports where only JAX is installed (3.12/jax
+0.12, 3.11/jax 0.10.2)."""
 
 from __future__ import annotations
 
@@ -27,4 +28,5 @@ def test_every_kernel_module_imports_with_only_jax(tier, python, jax_prefix):
     assert len(report["imported"]) == len(KERNEL_MODULES)
     assert {"ragged_dot", "ragged_dot_general", "config", "tpu.RaggedDot", "tpu.V2RaggedDot",
             "experimental.splash_attention", "experimental.tpu.SplashAttention"} <= set(report["public"])
+    assert report["splash_mask"] == "LocalMask"
     assert report["dropped_loaded"] == []

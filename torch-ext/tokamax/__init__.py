@@ -50,14 +50,14 @@ KERNEL_MODULES = (
 )
 
 # Our modules, also loaded on first use: running the kernels on a CPU host (emulation.py), the
-# public ops with upstream's config choice (ops/) and the Torch ops (torch_ops/, which needs
-# torch and torch-tpu).
-HELPER_MODULES = ("emulation", "integrations", "layers", "ops", "torch_ops")
+# public ops with upstream's config choice (ops/), splash attention at any length and batch
+# (splash/), and the Torch ops (torch_ops/, which needs torch and torch-tpu).
+HELPER_MODULES = ("emulation", "integrations", "layers", "ops", "splash", "torch_ops")
 
 # transformers' entry points (need torch, torch-tpu and transformers): the attention function that
 # `attn_implementation="kernels-community/tokamax:attention"` loads, and the experts registration.
-FUNCTIONS = {"attention": ".integrations.attention", "flash_attn_forward": ".integrations.attention",
-             "register_experts": ".integrations.experts"}
+FUNCTIONS = {"attention": ".integrations.transformers", "flash_attn_forward": ".integrations.transformers",
+             "register_experts": ".integrations.transformers"}
 
 __all__ = ["KERNEL_MODULES", "TOKAMAX_VERSION", "__version__", *KERNEL_MODULES, *HELPER_MODULES, *FUNCTIONS]
 

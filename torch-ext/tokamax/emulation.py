@@ -5,6 +5,9 @@ the chip is always chosen explicitly, never guessed from the host:
 
 - `interpret_on_cpu(chip)` runs every Pallas call traced inside it in Pallas TPU interpret
   mode on the CPU, with `get_tpu_info()` answering for `chip`. For checking numerics; slow.
+  JAX's interpreter (jax 0.10 and 0.12) refuses a `jax.vmap`-ed kernel that names its grid's
+  dimension semantics (the batch adds a leading grid dimension the names do not cover); Mosaic's
+  own lowering marks such dimensions parallel, and so does the interpreter inside this block.
 - `tpu_mesh(chip)` is an abstract mesh for lowering for TPU on a CPU host:
   `with jax.sharding.use_abstract_mesh(tpu_mesh("v6e")): jax.jit(f).trace(*specs).lower(
   lowering_platforms=("tpu",))`.
@@ -107,12 +110,33 @@ def emulated_chip(chip: str = DEFAULT_CHIP) -> Iterator[None]:
         _clear_cache(info)
 
 
+_INTERPRETER = "jax._src.pallas.mosaic.interpret.interpret_pallas_call"
+
+
+@contextlib.contextmanager
+def _vmapped_grids_parallel() -> Iterator[None]:
+    """The interpreter's dimension semantics with the leading grid dimensions `jax.vmap` adds marked
+    parallel (pallas_call's batching rule prepends them; Mosaic's lowering marks them parallel)."""
+    interpreter = importlib.import_module(_INTERPRETER)
+    original = interpreter._get_parallel_dim_semantics
+
+    def with_vmapped_dims(mosaic_params, num_dimensions_in_grid: int) -> tuple[bool, ...]:  # noqa: ANN001
+        named = tuple(original(mosaic_params, num_dimensions_in_grid))
+        return (True,) * (num_dimensions_in_grid - len(named)) + named
+
+    interpreter._get_parallel_dim_semantics = with_vmapped_dims
+    try:
+        yield
+    finally:
+        interpreter._get_parallel_dim_semantics = original
+
+
 @contextlib.contextmanager
 def interpret_on_cpu(chip: str = DEFAULT_CHIP) -> Iterator[None]:
     """Runs the kernels traced inside in Pallas TPU interpret mode, as if on `chip`."""
     from jax.experimental.pallas import tpu as pltpu
 
-    with emulated_chip(chip), pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+    with emulated_chip(chip), pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()), _vmapped_grids_parallel():
         yield
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .integrations.experts import experts_forward
+from .integrations.transformers.experts import experts_forward
 
 
 class MegaBlocksMoeMLP(torch.nn.Module):

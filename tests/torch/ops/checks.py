@@ -1,6 +1,6 @@
 """Checks every Torch op's tests share: namespace, fake shapes against JAX's own shape inference,
-symbolic-size tracing, one compiled graph for two sizes, the public Op in the TPU lowering, and the
-clear refusal on CPU of ops JAX's interpreter cannot run.
+symbolic-size tracing, one compiled graph for two sizes, the public Op (or the Mosaic kernel count)
+in the TPU lowering, and the clear refusal on CPU of ops JAX's interpreter cannot run.
 
 Fake kernels are hand-written per op; `fake_matches_jax` holds them to `jax.eval_shape` of the JAX
 function the op runs, at concrete sizes, so a wrong fake shows up without a TPU.
@@ -121,11 +121,9 @@ def compiles_once_for_two_sizes(fn: Callable[..., Any], small: Sequence[Any], la
 _PAYLOAD_TYPE = re.compile(r"\\22__type\\22:\\22[A-Za-z0-9_.]*?\.([A-Za-z0-9_]+)\\22")
 
 
-def public_op_classes(ops: ModuleType, jax_fn: Callable[..., Any], *args: Any, chip: str = "v6e") -> set[str]:
-    """Lowers the op's JAX function for TPU on this CPU host (emulated `chip`, abstract mesh,
-    `cross_compile`) and returns the upstream Op classes its profiling payloads name: proof that the
-    Torch op runs upstream's public Op (its config choice), not a raw kernel. Asserts a Mosaic kernel
-    is in the module."""
+def tpu_lowering(ops: ModuleType, jax_fn: Callable[..., Any], *args: Any, chip: str = "v6e") -> str:
+    """StableHLO text of the op's JAX function lowered for TPU on this CPU host (emulated `chip`,
+    abstract mesh, `cross_compile`), tensors in `args` as shapes, the rest static."""
     package = ops.__name__.rsplit(".", 1)[0]
     emulation = importlib.import_module(f"{package}.emulation")
     config = importlib.import_module(f"{package}.ops").config
@@ -134,11 +132,23 @@ def public_op_classes(ops: ModuleType, jax_fn: Callable[..., Any], *args: Any, c
         stack.enter_context(config.cross_compile(True))
         stack.enter_context(emulation.emulated_chip(chip))
         stack.enter_context(jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)))
-        text = jax.jit(functools.partial(_call_with_statics, jax_fn, statics, args)).trace(
+        return jax.jit(functools.partial(_call_with_statics, jax_fn, statics, args)).trace(
             *[s for i, s in enumerate(_specs(args)) if i not in statics]).lower(
             lowering_platforms=("tpu",)).as_text()
+
+
+def public_op_classes(ops: ModuleType, jax_fn: Callable[..., Any], *args: Any, chip: str = "v6e") -> set[str]:
+    """The upstream Op classes the profiling payloads of the op's TPU lowering name: proof that the
+    Torch op runs upstream's public Op (its config choice), not a raw kernel. Asserts a Mosaic kernel
+    is in the module."""
+    text = tpu_lowering(ops, jax_fn, *args, chip=chip)
     assert "tpu_custom_call" in text, "no Mosaic kernel in the TPU lowering"
     return set(_PAYLOAD_TYPE.findall(text))
+
+
+def mosaic_kernels(ops: ModuleType, jax_fn: Callable[..., Any], *args: Any, chip: str = "v6e") -> int:
+    """How many Mosaic kernel calls the op's TPU lowering holds."""
+    return tpu_lowering(ops, jax_fn, *args, chip=chip).count("@tpu_custom_call(")
 
 
 def refuses_on_cpu(call: Callable[[], Any], op: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import torch_ops
+from ... import torch_ops
 
 NAME = "tokamax"
 

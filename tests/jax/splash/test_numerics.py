@@ -1,0 +1,90 @@
+"""`tokamax.splash` in Pallas TPU interpret mode on CPU (jax 0.12; the Torch tier checks the same
+calls on jax 0.10.2 through the Torch op) against float64 numpy attention: lengths the blocks do not
+divide, a batch with padding and packed documents, a window at an offset, GQA and MQA, soft caps and
+sinks; values and gradients (`attend` / `attend_vjp`), and run-time offsets (`attend_at`)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.jax.public.attention_reference import attention
+
+TOL = dict(rtol=2e-4, atol=5e-5)  # f32; the online softmax reorders f32 sums
+
+
+def _operands(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, seed: int) -> list[np.ndarray]:
+    r = np.random.default_rng(seed)
+    shapes = [(batch, heads, q_len, 128), (batch, kv_heads, kv_len, 128), (batch, kv_heads, kv_len, 128),
+              (batch, heads, q_len, 128)]
+    return [r.standard_normal(s).astype(np.float32) * (0.3 if i < 2 else 1.0) for i, s in enumerate(shapes)]
+
+
+def _allowed(q_pos: np.ndarray, kv_len: int, window: tuple | None, q_ids: np.ndarray, kv_ids: np.ndarray) -> np.ndarray:
+    j = np.arange(kv_len)[None, :]
+    p = q_pos[:, None]
+    mask = j <= p if window is None else (j >= p - window[0]) & (j <= p + window[1])
+    return mask & (q_ids[:, None] == kv_ids[None, :])
+
+
+@pytest.mark.parametrize(("q_len", "kv_len", "offset", "window", "kv_heads"), [
+    (37, 37, 0, None, 2), (129, 129, 0, (31, 0), 1), (40, 200, 160, (63, 2), 2)],
+    ids=["37-causal-gqa", "129-window-mqa", "40x200-window-offset"])
+def test_attend_values_and_gradients(kernel, emulation, q_len, kv_len, offset, window, kv_heads):
+    splash = kernel.splash
+    q, k, v, dout = _operands(3, 4, kv_heads, q_len, kv_len, seed=q_len)
+    mqa = kv_heads == 1
+    if mqa:
+        k, v = k[:, 0], v[:, 0]
+    ids = np.ones((3, kv_len), np.int32)
+    ids[1, : kv_len // 4] = 2  # padding at the front
+    ids[2, kv_len - kv_len // 5:] = 3  # another document at the end
+    q_ids = ids[:, kv_len - q_len:] if q_len != kv_len else ids
+    spec = splash.MaskSpec.of(True, window)
+
+    def run(q, k, v, dout):  # noqa: ANN001, ANN202
+        out, m, lse = splash.attend(q, k, v, q_ids, ids, None, spec=spec, offset=offset)
+        return out, splash.attend_vjp(q, k, v, q_ids, ids, None, out, m, lse, dout, spec=spec, offset=offset)[:3]
+
+    with emulation.interpret_on_cpu("v6e"), kernel.ops.config.cross_compile(True):
+        out, grads = jax.jit(run)(q, k, v, dout)
+    for b in range(3):
+        allowed = _allowed(offset + np.arange(q_len), kv_len, window, q_ids[b], ids[b])
+        kb, vb = (k[b][None], v[b][None]) if mqa else (k[b], v[b])
+        want = attention(q[b], kb, vb, dout[b], allowed, None)
+        got = [out[b], grads[0][b], grads[1][b], grads[2][b]]
+        if mqa:
+            got[2], got[3] = got[2][None], got[3][None]
+        for name, g, w in zip(("out", "dq", "dk", "dv"), got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), w, err_msg=f"{name}[{b}]", **TOL)
+
+
+@pytest.mark.parametrize("with_sinks", [False, True], ids=["folded", "sinks"])
+def test_attend_at_a_run_time_offset(kernel, emulation, with_sinks):
+    """Three queries at a run-time offset into a 300-slot cache filled to 171 (row 1 front-padded), a
+    window of 64; one jitted function serves two offsets."""
+    splash = kernel.splash
+    q, k, v, _ = _operands(2, 4, 2, 3, 300, seed=7)
+    sinks = np.linspace(-1.0, 1.0, 4, dtype=np.float32) if with_sinks else None
+    spec = splash.MaskSpec.of(True, (63, 0))
+    fn = jax.jit(lambda q, k, v, qi, ki, o: splash.attend_at(q, k, v, qi, ki, o, sinks, spec=spec))
+    for fill in (171, 90):
+        ids = np.zeros((2, 300), np.int32)
+        ids[:, :fill] = 1
+        ids[1, :10] = 2
+        q_ids = ids[:, fill - 3:fill]
+        with emulation.interpret_on_cpu("v6e"), kernel.ops.config.cross_compile(True):
+            out = fn(q, k, v, q_ids, ids, jnp.int32(fill - 3))
+        for b in range(2):
+            allowed = _allowed(fill - 3 + np.arange(3), 300, (63, 0), q_ids[b], ids[b])
+            logits = np.einsum("hqd,hkd->hqk", q[b].astype(np.float64), np.repeat(k[b], 2, 0).astype(np.float64))
+            logits = np.where(allowed, logits, -np.inf)
+            top = logits.max(-1, keepdims=True)
+            if with_sinks:
+                top = np.maximum(top, sinks[:, None, None])
+            weights = np.exp(logits - top)
+            denominator = weights.sum(-1, keepdims=True) + (np.exp(sinks[:, None, None] - top) if with_sinks else 0)
+            want = np.einsum("hqk,hkd->hqd", weights / denominator, np.repeat(v[b], 2, 0).astype(np.float64))
+            np.testing.assert_allclose(np.asarray(out[b]), want, err_msg=f"fill {fill}, row {b}", **TOL)

@@ -1,0 +1,19 @@
+"""transformers on these kernels (transformers 5.22): attention and MoE experts.
+
+- `attention` is what `attn_implementation="kernels-community/tokamax:attention"` loads
+  (transformers' Hub-kernel attention); `flash_attn_forward` is the same function under the name
+  transformers 5.22 looks for. Upstream's splash kernel through the Torch op, for training,
+  prefill and every cache step.
+- `register_experts()` registers `experts_forward` (grouped matmuls through the ragged-dot Torch
+  op) as transformers' experts implementation "tokamax": `experts_implementation="tokamax"`.
+
+Modules: `attention` (the entry point: arguments, which phase), `prefill` (queries and keys the
+same tokens: training, prompts), `decode` (queries against a KV cache), `masks` (segment ids from
+padding masks, packed position ids and cache slots), `positions` (where the queries sit in the
+cache), `experts`.
+"""
+
+from .attention import attention, flash_attn_forward
+from .experts import experts_forward, register_experts
+
+__all__ = ["attention", "experts_forward", "flash_attn_forward", "register_experts"]

@@ -1,0 +1,72 @@
+"""The attention function transformers loads from this kernel (`attn_implementation=
+"kernels-community/tokamax:attention"`): upstream's splash kernel for every phase.
+
+transformers calls `attention(module, query, key, value, attention_mask, ...)` with [batch, heads,
+len, head_dim] tensors (key and value may have fewer heads: grouped-query attention) and expects
+([batch, q_len, heads, head_dim], None). For a Hub kernel it prepares flash-attention masks: a
+[batch, kv_len] padding mask (true = token), cut to the slots written for a static cache, or None
+when nothing is padded; `position_ids` arrive in the keyword arguments.
+
+- Queries and keys the same tokens (training, a prompt): `prefill.self_attention`, differentiable.
+- Queries against a cache (q_len != kv_len, or a mask shorter than the keys): `decode.cache_step`.
+
+Scaling multiplies the queries; `sliding_window` becomes a local window (a key within the last
+`sliding_window` tokens, as transformers' masks); `softcap` and `s_aux` (GPT-OSS's sinks) pass to
+the kernel. Refused with a reason: attention dropout, `output_attentions`, masks of another form.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .decode import cache_step
+from .prefill import self_attention
+
+
+def _checked_mask(attention_mask: torch.Tensor | None, batch: int, kv_len: int) -> torch.Tensor | None:
+    """The padding mask of the keys' slots ([batch, <= kv_len]), as transformers' flash-attention
+    masks give it (a longer one is cut to its last kv_len columns, as transformers cuts it)."""
+    if attention_mask is None:
+        return None
+    if attention_mask.dim() != 2 or attention_mask.shape[0] != batch:
+        raise ValueError(f"tokamax attention: expected a [batch, kv_len] padding mask (flash-attention masks), "
+                         f"got {tuple(attention_mask.shape)}")
+    return attention_mask[:, -kv_len:]
+
+
+def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+              is_causal: bool | None = None, sliding_window: int | None = None, softcap: float | None = None,
+              s_aux: torch.Tensor | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """Splash attention for transformers; see the module docstring for the mapping."""
+    if dropout:
+        raise NotImplementedError("tokamax attention: attention dropout is not supported (set attention_dropout=0)")
+    if kwargs.get("output_attentions"):
+        raise NotImplementedError("tokamax attention: output_attentions needs the eager implementation")
+    batch, _, q_len, head_dim = query.shape
+    kv_len = key.shape[2]
+    if q_len > kv_len:
+        raise ValueError(f"tokamax attention: {q_len} queries against {kv_len} keys; the keys must include the "
+                         "queries' own tokens")
+    mask = _checked_mask(attention_mask, batch, kv_len)
+    causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    window = None
+    if sliding_window:
+        window = (sliding_window - 1, 0 if causal else sliding_window - 1)
+    q = query * (head_dim**-0.5 if scaling is None else scaling)
+    options = dict(causal=causal, window=window, soft_cap=softcap, sinks=s_aux)
+    position_ids = kwargs.get("position_ids")
+    if q_len == kv_len and (mask is None or mask.shape[1] == kv_len):
+        out = self_attention(q, key, value, mask, position_ids, **options)
+    else:
+        out = cache_step(q, key, value, mask, position_ids, **options)
+    return out.transpose(1, 2), None
+
+
+# transformers 5.22 (the newest that takes kernels 0.17) accepts a Hub attention kernel without
+# `flash_attn_varlen_func` only if it has `flash_attn_forward`; with no `supports_flash_attn` beside
+# it, transformers then registers the function named after the colon (`...:attention`) with
+# flash-attention masks ([batch, kv_len] padding), which is what `attention` takes.
+flash_attn_forward = attention

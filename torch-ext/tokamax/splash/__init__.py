@@ -1,0 +1,23 @@
+"""Upstream's splash attention kernel for real workloads, in JAX: any length, the whole batch in one
+kernel call, causal and sliding-window masks as upstream's lazy block-sparse masks, at an offset known
+when tracing or only at run time (a KV cache's fill level).
+
+What the Torch op `torch_ops.splash_attention` and the transformers attention run. Deliberately not
+upstream's public call, which turns every mask but causal into a dense [q_len, kv_len] constant and
+takes only lengths its blocks divide; the kernel, its blocks (upstream's Op's config choice) and its
+backward pass are upstream's own.
+
+- `lengths`: the lengths the kernel runs at (padding) and the KV-length buckets of a dynamic cache.
+- `masks`: a call's mask (causal, full or a local window) as upstream's lazy mask objects, and the
+  block schedule of a mask at a run-time offset.
+- `padding`: padding a call to the kernel's lengths, segment ids that mask the padding.
+- `fixed_offset`: `attend` / `attend_vjp`, differentiable through upstream's VJP Op.
+- `run_time_offset`: `attend_at` (forward only) and `kv_slots_read`, the KV slots a call reads.
+"""
+
+from .fixed_offset import attend, attend_vjp
+from .lengths import bucket, padded
+from .masks import MaskSpec
+from .run_time_offset import attend_at, kv_slots_read
+
+__all__ = ["MaskSpec", "attend", "attend_at", "attend_vjp", "bucket", "kv_slots_read", "padded"]

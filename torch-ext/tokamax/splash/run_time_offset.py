@@ -1,0 +1,110 @@
+"""Batched splash attention at a mask offset known only at run time: queries against a KV cache
+whose fill level the export cannot see, so that one export serves every step.
+
+The kernel is upstream's (`SplashAttentionKernel`, its blocks from upstream's Op's config choice);
+its block schedule comes from `masks.runtime_schedule` (the queries' positions as upstream's
+`q_sequence`, blocks classified in JAX) narrowed by the segment ids, as upstream's kernel narrows it
+at run time, so only blocks holding a key some query sees are read: with a causal or local mask,
+none past the last query's slot, none before a window. Without sinks, the query heads that share a
+KV head are folded into one kernel head (rows = heads per KV head x q_len): each KV block is then
+read once per KV head, not once per query head. Forward only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from . import _upstream, padding
+from .lengths import padded
+from .masks import MaskSpec, runtime_schedule
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """A run-time-offset call, padded and folded: the kernel and its operands."""
+
+    kernel: Any
+    q: jax.Array  # [batch, kernel heads, rows (padded), head_dim]
+    k: jax.Array
+    v: jax.Array
+    q_ids: jax.Array  # [batch, rows (padded)]
+    kv_ids: jax.Array  # [batch, kv_len (padded)]
+    rows: int
+    block_kv: int
+
+
+def _prepare(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
+             offset: jax.Array, sinks: jax.Array | None, spec: MaskSpec, soft_cap: float | None) -> _Call:
+    batch, heads, q_len, head_dim = q.shape
+    if k.ndim == 3:  # multi-query: one KV head
+        k, v = k[:, None], v[:, None]
+    kv_heads, kv_len = k.shape[1], k.shape[2]
+    if q_ids is None:
+        q_ids, kv_ids = jnp.ones((batch, q_len), jnp.int32), jnp.ones((batch, kv_len), jnp.int32)
+    group = heads // kv_heads if sinks is None else 1
+    rows, rows_pad, kv_pad = group * q_len, padded(group * q_len), padded(kv_len)
+    offset = jnp.asarray(offset, jnp.int32).reshape(())
+    positions = offset + jnp.tile(jnp.arange(q_len, dtype=jnp.int32), group)
+    positions = padding.pad(positions, 0, rows_pad, offset + q_len - 1)  # padded rows ask what the last query asks
+    below = jnp.minimum(q_ids.min(), kv_ids.min()) - 1
+    q_ids = jnp.tile(q_ids, (1, group))
+    if rows_pad != rows:
+        q_ids = jnp.concatenate([q_ids, jnp.broadcast_to(q_ids[:, -1:], (batch, rows_pad - rows))], axis=1)
+    kv_ids = padding.pad(kv_ids, 1, kv_pad, below)
+    q_p = padding.pad(q.reshape(batch, heads // group, rows, head_dim), 2, rows_pad)
+    k_p, v_p = padding.pad(k, 2, kv_pad), padding.pad(v, 2, kv_pad)
+
+    lib, base = _upstream.kernel(), _upstream.base()
+    args = _upstream.op_arguments((q_ids[0], kv_ids[0]), sinks, False, soft_cap)
+    stand_in = spec.stand_in((rows_pad, kv_pad), None)
+    config = _upstream.bind_as_public(_upstream.forward_op(), stand_in, q_p[0], k_p[0], v_p[0], **args).default_config
+    splash_config = dataclasses.replace(lib.SplashConfig.get_default(), attn_logits_soft_cap=soft_cap, dropout_rate=0.0,
+                                        block_q_dkv=None, block_kv_dkv=None, block_kv_dkv_compute=None,
+                                        **dataclasses.asdict(config))  # as upstream's Op builds it
+    if spec.kind == "full":  # the offset changes nothing: every block full, the ids say which keys count
+        info = _upstream.mask_info().MaskInfo(None, None, None, None, None, None, None)
+    else:
+        info = runtime_schedule(spec, positions, kv_pad, splash_config.block_q, splash_config.block_kv)
+    kernel = lib.SplashAttentionKernel(info, None, config=splash_config, is_mqa=False, save_residuals=False,
+                                       mask_value=base.DEFAULT_MASK_VALUE, mask_function=spec.function(),
+                                       fwd_mask_sparsity=1.0, dkv_mask_sparsity=1.0)
+    return _Call(kernel, q_p, k_p, v_p, q_ids, kv_ids, rows, splash_config.block_kv)
+
+
+def attend_at(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
+              offset: jax.Array, sinks: jax.Array | None, *, spec: MaskSpec, soft_cap: float | None = None
+              ) -> jax.Array:
+    """out [batch, heads, q_len, head_dim_v] for queries at KV positions offset + i (`offset` an
+    int32 scalar array). Shapes and ids as `fixed_offset.attend`; without ids every key counts."""
+    call = _prepare(q, k, v, q_ids, kv_ids, offset, sinks, spec, soft_cap)
+    base = _upstream.base()
+
+    def one(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array, kv_ids: jax.Array) -> jax.Array:
+        return call.kernel(q, k, v, segment_ids=base.SegmentIds(q_ids, kv_ids), sinks=sinks)
+
+    out = padding.cut(jax.vmap(one)(call.q, call.k, call.v, call.q_ids, call.kv_ids), 2, call.rows)
+    return out.reshape(*q.shape[:3], out.shape[-1])
+
+
+def kv_slots_read(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
+                  offset: jax.Array, sinks: jax.Array | None, *, spec: MaskSpec, soft_cap: float | None = None
+                  ) -> jax.Array:
+    """int32: the KV slots `attend_at` with these arguments reads per sequence, summed over its
+    kernel heads (KV heads when folded, query heads with sinks): each scheduled (q block, KV block)
+    pair reads one KV block, after upstream's kernel narrows the schedule by the segment ids."""
+    call = _prepare(q, k, v, q_ids, kv_ids, offset, sinks, spec, soft_cap)
+    lib, base = _upstream.kernel(), _upstream.base()
+    config = call.kernel.kwargs["config"]
+
+    def scheduled(q_ids: jax.Array, kv_ids: jax.Array) -> jax.Array:
+        info, _, _ = lib._refine_mask_info_with_segments(
+            call.kernel.fwd_mask_info, base.SegmentIds(q_ids, kv_ids), q_blocks=call.q.shape[2] // config.block_q,
+            kv_blocks=call.k.shape[2] // config.block_kv, bq=config.block_q, bkv=config.block_kv, is_dkv=False)
+        return info.num_active_blocks[0]
+
+    blocks = jax.vmap(scheduled)(call.q_ids, call.kv_ids)[0]  # one schedule for the whole batch
+    return blocks * call.block_kv * call.q.shape[1]
