@@ -194,7 +194,8 @@ def table(results: dict) -> str:
     for name, layer in att["decode_reads"].items():
         reads = ", ".join(f"{n / 1e3:.1f}k at {fill}" for fill, n in layer["tokamax"].items())
         rows.append((f"decode step, 4096-slot static cache, {name}: KV slots read", reads,
-                     f"dense: {layer['dense'] / 1e3:.1f}k ({layer['dense_repeated'] / 1e3:.0f}k repeated per q head)"))
+                     f"dense: {layer['dense'] / 1e3:.1f}k; {layer['dense_repeated'] / 1e3:.0f}k with K/V repeated per "
+                     "q head (transformers' sdpa with a cache mask)"))
     gen = att["generate"]
     for cache in ("static", "dynamic"):
         exports = ", ".join(f"{op} {n}" for op, n in gen[cache].items())

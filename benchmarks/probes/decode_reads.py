@@ -3,10 +3,11 @@ layer, summed over the kernel's heads (`tokamax.splash.kv_slots_read`: the sched
 runs, after its segment ids prune it), at fill levels 37, 1000, 2048 and 4096.
 
     python decode_reads.py VARIANT_DIR
-Layers: Qwen3-30B-A3B-like attention (32 query, 4 KV heads of 128: heads fold), GPT-OSS-like (64
-query, 8 KV heads of 64, sinks: no folding) full and 128-token window layers. Against them, dense
-attention over the cache reads all 4096 slots of every KV head (times the query heads per KV head
-where K and V are repeated per query head). Prints JSON.
+Layers: Qwen3-30B-A3B-like attention (32 query, 4 KV heads of 128), GPT-OSS-like (64 query, 8 KV
+heads of 64, sinks) full and 128-token window layers; query heads fold onto their KV head in both.
+Against them, dense attention over the cache reads all 4096 slots of every KV head, and of every
+query head where K and V are repeated per query head (transformers' sdpa path with a cache's mask,
+off CUDA/XPU/MPS). Prints JSON.
 """
 
 import json

@@ -1,6 +1,6 @@
 """What a decode step against a static cache reads (`kv_slots_read`, from the schedule upstream's
-kernel runs): only the KV blocks up to the step's slot, once per KV head when query heads fold,
-and only the window's blocks for a window layer; counted, not timed."""
+kernel runs): only the KV blocks up to the step's slot, once per KV head (query heads fold, sinks
+or not), and only the window's blocks for a window layer; counted, not timed."""
 
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ def test_a_decode_step_reads_the_filled_blocks_only(kernel, emulation):
     assert _reads(kernel, emulation, 4096) == 4 * 1024 * 4
 
 
-def test_sinks_read_once_per_query_head(kernel, emulation):
-    """With sinks (GPT-OSS) the heads cannot fold: each query head reads its KV head's blocks."""
-    assert _reads(kernel, emulation, 1500, sinks=True) == 2 * 1024 * 32
+def test_sinks_fold_too(kernel, emulation):
+    """With sinks (GPT-OSS) the heads fold as well (the sinks enter after the kernel)."""
+    assert _reads(kernel, emulation, 1500, sinks=True) == 2 * 1024 * 4
 
 
 def test_a_window_layer_reads_the_windows_blocks_only(kernel, emulation):

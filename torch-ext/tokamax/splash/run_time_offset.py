@@ -5,9 +5,12 @@ The kernel is upstream's (`SplashAttentionKernel`, its blocks from upstream's Op
 its block schedule comes from `masks.runtime_schedule` (the queries' positions as upstream's
 `q_sequence`, blocks classified in JAX) narrowed by the segment ids, as upstream's kernel narrows it
 at run time, so only blocks holding a key some query sees are read: with a causal or local mask,
-none past the last query's slot, none before a window. Without sinks, the query heads that share a
-KV head are folded into one kernel head (rows = heads per KV head x q_len): each KV block is then
-read once per KV head, not once per query head. Forward only.
+none past the last query's slot, none before a window. The query heads that share a KV head are
+folded into one kernel head (rows = heads per KV head x q_len), so each KV block is read once per
+KV head, not once per query head. Sinks are per query head, so the kernel runs without them and
+each row's sink enters exactly afterwards: out * Z / (Z + exp(sink)) = out * sigmoid(lse - sink)
+from the kernel's logsumexp (upstream's kernel applies sinks per kernel head, which would stop the
+heads from folding). Forward only.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class _Call:
     kv_ids: jax.Array  # [batch, kv_len (padded)]
     rows: int
     block_kv: int
+    row_sinks: jax.Array | None  # [kernel heads, rows]: each row's query head's sink
 
 
 def _prepare(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
@@ -45,7 +49,7 @@ def _prepare(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, 
     kv_heads, kv_len = k.shape[1], k.shape[2]
     if q_ids is None:
         q_ids, kv_ids = jnp.ones((batch, q_len), jnp.int32), jnp.ones((batch, kv_len), jnp.int32)
-    group = heads // kv_heads if sinks is None else 1
+    group = heads // kv_heads
     rows, rows_pad, kv_pad = group * q_len, padded(group * q_len), padded(kv_len)
     offset = jnp.asarray(offset, jnp.int32).reshape(())
     positions = offset + jnp.tile(jnp.arange(q_len, dtype=jnp.int32), group)
@@ -59,7 +63,7 @@ def _prepare(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, 
     k_p, v_p = padding.pad(k, 2, kv_pad), padding.pad(v, 2, kv_pad)
 
     lib, base = _upstream.kernel(), _upstream.base()
-    args = _upstream.op_arguments((q_ids[0], kv_ids[0]), sinks, False, soft_cap)
+    args = _upstream.op_arguments((q_ids[0], kv_ids[0]), None, False, soft_cap)
     stand_in = spec.stand_in((rows_pad, kv_pad), None)
     config = _upstream.bind_as_public(_upstream.forward_op(), stand_in, q_p[0], k_p[0], v_p[0], **args).default_config
     splash_config = dataclasses.replace(lib.SplashConfig.get_default(), attn_logits_soft_cap=soft_cap, dropout_rate=0.0,
@@ -69,10 +73,11 @@ def _prepare(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, 
         info = _upstream.mask_info().MaskInfo(None, None, None, None, None, None, None)
     else:
         info = runtime_schedule(spec, positions, kv_pad, splash_config.block_q, splash_config.block_kv)
-    kernel = lib.SplashAttentionKernel(info, None, config=splash_config, is_mqa=False, save_residuals=False,
-                                       mask_value=base.DEFAULT_MASK_VALUE, mask_function=spec.function(),
-                                       fwd_mask_sparsity=1.0, dkv_mask_sparsity=1.0)
-    return _Call(kernel, q_p, k_p, v_p, q_ids, kv_ids, rows, splash_config.block_kv)
+    kernel = lib.SplashAttentionKernel(info, None, config=splash_config, is_mqa=False,
+                                       save_residuals=sinks is not None, mask_value=base.DEFAULT_MASK_VALUE,
+                                       mask_function=spec.function(), fwd_mask_sparsity=1.0, dkv_mask_sparsity=1.0)
+    row_sinks = None if sinks is None else jnp.repeat(sinks.reshape(kv_heads, group), q_len, axis=1)
+    return _Call(kernel, q_p, k_p, v_p, q_ids, kv_ids, rows, splash_config.block_kv, row_sinks)
 
 
 def attend_at(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
@@ -83,10 +88,16 @@ def attend_at(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None,
     call = _prepare(q, k, v, q_ids, kv_ids, offset, sinks, spec, soft_cap)
     base = _upstream.base()
 
-    def one(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array, kv_ids: jax.Array) -> jax.Array:
-        return call.kernel(q, k, v, segment_ids=base.SegmentIds(q_ids, kv_ids), sinks=sinks)
+    def one(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array, kv_ids: jax.Array) -> Any:
+        return call.kernel(q, k, v, segment_ids=base.SegmentIds(q_ids, kv_ids))
 
-    out = padding.cut(jax.vmap(one)(call.q, call.k, call.v, call.q_ids, call.kv_ids), 2, call.rows)
+    result = jax.vmap(one)(call.q, call.k, call.v, call.q_ids, call.kv_ids)
+    if call.row_sinks is None:
+        out = padding.cut(result, 2, call.rows)
+    else:  # Z / (Z + exp(sink)) with Z = exp(lse)
+        out, stats = result
+        out, lse = padding.cut(out, 2, call.rows), padding.cut(stats["logsumexp"], 2, call.rows)
+        out = (out * jax.nn.sigmoid(lse - call.row_sinks)[..., None]).astype(out.dtype)
     return out.reshape(*q.shape[:3], out.shape[-1])
 
 
@@ -94,8 +105,8 @@ def kv_slots_read(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | N
                   offset: jax.Array, sinks: jax.Array | None, *, spec: MaskSpec, soft_cap: float | None = None
                   ) -> jax.Array:
     """int32: the KV slots `attend_at` with these arguments reads per sequence, summed over its
-    kernel heads (KV heads when folded, query heads with sinks): each scheduled (q block, KV block)
-    pair reads one KV block, after upstream's kernel narrows the schedule by the segment ids."""
+    kernel heads (the KV heads): each scheduled (q block, KV block) pair reads one KV block, after
+    upstream's kernel narrows the schedule by the segment ids."""
     call = _prepare(q, k, v, q_ids, kv_ids, offset, sinks, spec, soft_cap)
     lib, base = _upstream.kernel(), _upstream.base()
     config = call.kernel.kwargs["config"]
