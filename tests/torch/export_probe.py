@@ -25,6 +25,7 @@ class ExportProbe(TorchDispatchMode):
         super().__init__()
         self.namespace = namespace
         self.calls: list[tuple[str, str]] = []
+        self.query_shapes: list[tuple[str, tuple[int, ...]]] = []  # (op, its first tensor's shape)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
@@ -34,7 +35,12 @@ class ExportProbe(TorchDispatchMode):
             key = pallas._get_kernel_invocation_key(jax_callable.trace_key, norm_args, norm_kwargs,
                                                     jax_callable.static_argnums)
             self.calls.append((func.name().split("::")[1], key))
+            self.query_shapes.append((self.calls[-1][0], tuple(args[0].shape)))
         return func(*args, **kwargs)
+
+    def attention_calls(self) -> int:
+        """Calls of the attention ops (fixed and run-time offset)."""
+        return self.count("splash_attention") + self.count("splash_attention_at")
 
     def count(self, op: str) -> int:
         """How many times `op` ran."""

@@ -38,3 +38,11 @@ def test_lengths_refuse_nonsense(kernel):
         kernel.splash.padded(0)
     with pytest.raises(ValueError, match="positive"):
         kernel.splash.bucket(0)
+
+
+def test_query_buckets(kernel):
+    query_bucket = kernel.splash.query_bucket
+    assert [query_bucket(n) for n in (1, 2, 3, 5, 37, 64, 65, 128, 129, 1000)] == [
+        1, 2, 4, 8, 64, 64, 128, 128, 256, 1024]
+    with pytest.raises(ValueError, match="positive"):
+        query_bucket(0)

@@ -1,6 +1,7 @@
 """The Torch linear softmax cross-entropy loss: (loss, lse) and the gradients in x and w against a float64 Torch
-reference on CPU tensors (interpret mode), the shared checks (fakes against JAX shapes, symbolic tracing, one
-graph for two batch sizes, the public Op in the lowering), autograd on meta tensors, and bad calls.
+reference on CPU tensors (interpret mode), sizes off the lanes and ignored labels (the padded per-row op), the
+shared checks (fakes against JAX shapes, symbolic tracing, one graph for two batch sizes, the public Op in the
+lowering), autograd on meta tensors, and bad calls.
 
 The kernels build `pltpu.TensorCoreMesh`, which jax 0.10.2 (the Torch tier's) lacks: there the op refuses CPU and
 TPU tensors with the jax version it needs, and the tests that trace the kernel are skipped; meta tensors (fakes,
@@ -108,7 +109,7 @@ def test_bf16_loss_and_gradients_match_torch(ops):
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("reduction", ["sum", "none"])
 def test_fakes_match_jax_shapes(ops, tokamax, reduction):
-    f = checks.family(ops, "linear_softmax_cross_entropy")
+    f = checks.family(ops, "linear_softmax_cross_entropy").custom_ops
     x, labels, w = torch.zeros(256, 128, dtype=torch.bfloat16), torch.zeros(256, dtype=torch.int32), \
         torch.zeros(128, 512, dtype=torch.bfloat16)
     loss = torch.zeros(256) if reduction == "none" else torch.zeros(())
@@ -148,7 +149,7 @@ def test_autograd_wiring_on_meta(ops):
 @needs_tc_mesh
 @pytest.mark.kernels_ci
 def test_runs_upstreams_public_op(ops):
-    f = checks.family(ops, "linear_softmax_cross_entropy")
+    f = checks.family(ops, "linear_softmax_cross_entropy").custom_ops
     args = (torch.zeros(512, 256, dtype=torch.bfloat16), torch.zeros(512, dtype=torch.int32),
             torch.zeros(256, 1024, dtype=torch.bfloat16))
     assert checks.public_op_classes(ops, f._lsce_jax, *args, "sum") == {"PallasMosaicTpuLinearSoftmaxCrossEntropyLoss"}
@@ -157,10 +158,71 @@ def test_runs_upstreams_public_op(ops):
                                     "sum") == {"PallasMosaicTpuLinearSoftmaxCrossEntropyLossVjp"}
 
 
+@needs_tc_mesh
+@pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
+def test_odd_sizes_and_ignored_labels_match_torch(ops, reduction):
+    """37 rows, hidden 200, vocabulary 130 (all off the lanes), a third of the labels ignored."""
+    x = checks.randn(37, 200, seed=11, scale=200 ** -0.5).requires_grad_()
+    w = checks.randn(200, 130, seed=12).requires_grad_()
+    labels = torch.from_numpy(rng(13).integers(0, 130, size=37).astype("int32"))
+    labels[::3] = -100
+    loss, lse = ops.linear_softmax_cross_entropy_loss(x, labels, w, reduction=reduction, ignore_index=-100)
+    cotangent = checks.randn(37, seed=14) if reduction == "none" else torch.tensor(1.5)
+    (loss * cotangent).sum().backward()
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    logits = x64 @ w64
+    ref_lse = torch.logsumexp(logits, -1)
+    valid = labels != -100
+    rows = torch.where(valid, ref_lse - logits.gather(1, labels.clamp(min=0).long()[:, None])[:, 0], 0.0)
+    ref = {"sum": rows.sum(), "mean": rows.sum() / valid.sum(), "none": rows}[reduction]
+    (ref * cotangent.double()).sum().backward()
+    torch.testing.assert_close(loss.double(), ref.detach(), rtol=2e-5, atol=2e-4)
+    torch.testing.assert_close(lse.double(), ref_lse.detach(), rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(w.grad.double(), w64.grad, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.kernels_ci
+def test_odd_sizes_trace_with_symbolic_sizes_and_wire_autograd_on_meta(ops):
+    """The padded per-row op's fakes take symbolic sizes, and gradients reach x and w (not labels)."""
+    def step(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return ops.linear_softmax_cross_entropy_loss(x, labels, w, reduction="mean", ignore_index=-100)[0]
+
+    def args(batch: int) -> tuple[torch.Tensor, ...]:
+        return (torch.zeros(batch, 200, device="meta"), torch.zeros(batch, dtype=torch.int32, device="meta"),
+                torch.zeros(200, 130, device="meta"))
+
+    checks.traces_symbolically(lambda x, labels, w: ops.linear_softmax_cross_entropy_loss(
+        x, labels, w, reduction="none", ignore_index=-100)[0], *args(37))
+    checks.compiles_once_for_two_sizes(step, args(37), args(301))
+    x = torch.zeros(37, 200, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    w = torch.zeros(200, 130, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    loss, lse = ops.linear_softmax_cross_entropy_loss(x, torch.zeros(37, dtype=torch.int32, device="meta"), w,
+                                                      reduction="sum", ignore_index=-100)
+    assert loss.shape == () and lse.shape == (37,) and not lse.requires_grad
+    loss.backward()
+    assert (x.grad.shape, x.grad.dtype) == (x.shape, x.dtype) and (w.grad.shape, w.grad.dtype) == (w.shape, w.dtype)
+
+
+@needs_tc_mesh
+@pytest.mark.kernels_ci
+def test_rows_fakes_match_jax_shapes(ops, tokamax):
+    f = checks.family(ops, "linear_softmax_cross_entropy").custom_ops
+    x, labels, w = torch.zeros(37, 200, dtype=torch.bfloat16), torch.zeros(37, dtype=torch.int32), \
+        torch.zeros(200, 130, dtype=torch.bfloat16)
+    rows = torch.zeros(128)
+    with _cross_compile(tokamax):
+        checks.fake_matches_jax(ops, ops.linear_softmax_cross_entropy_rows_op, f._rows_jax, x, labels, w)
+        checks.fake_matches_jax(ops, ops.linear_softmax_cross_entropy_rows_bwd_op, f._rows_bwd_jax, x, labels, w,
+                                rows, rows, rows)
+
+
 @pytest.mark.kernels_ci
 def test_in_build_namespace(ops, tokamax):
     checks.assert_in_build_namespace(tokamax, ops.linear_softmax_cross_entropy_loss_op,
-                                     ops.linear_softmax_cross_entropy_loss_bwd_op)
+                                     ops.linear_softmax_cross_entropy_loss_bwd_op,
+                                     ops.linear_softmax_cross_entropy_rows_op,
+                                     ops.linear_softmax_cross_entropy_rows_bwd_op)
 
 
 def _call(x=None, labels=None, w=None, **kw):  # noqa: ANN001, ANN003, ANN202
@@ -184,6 +246,7 @@ def _call(x=None, labels=None, w=None, **kw):  # noqa: ANN001, ANN003, ANN202
     (_call(labels=torch.zeros(255, dtype=torch.int32)), ValueError, "labels must be [batch] = [256], got shape (255,)"),
     (_call(w=torch.zeros(64, 512)), ValueError, "the hidden sizes must agree: x has 128, w has 64"),
     (_call(reduction="max"), ValueError, "reduction must be one of ['sum', 'mean', 'none'], got 'max'"),
+    (_call(ignore_index=-1.5), TypeError, "ignore_index must be an int or None, got float"),
 ])
 def test_bad_calls_fail_with_the_ops_own_message(ops, call, error, message):
     with pytest.raises(error, match="tokamax linear_softmax_cross_entropy_loss") as info:

@@ -67,5 +67,12 @@ def pair(family: str, tokamax: ModuleType, *, train: bool) -> tuple[torch.nn.Mod
     return (eager.train(), ours.train()) if train else (eager.eval(), ours.eval())
 
 
+def namespace(tokamax: ModuleType) -> str:
+    """This build's custom-op namespace (for `ExportProbe`)."""
+    import importlib
+
+    return importlib.import_module(f"{tokamax.__name__}._ops")._OPS_NAME
+
+
 def tokens(batch: int, length: int, seed: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))

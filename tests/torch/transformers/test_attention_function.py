@@ -2,8 +2,9 @@
 the inputs transformers hands it (flash-attention masks): prompts and training batches at lengths 1,
 37, 129 and 200 padded on either side, with sliding windows, soft caps and sinks (values and
 gradients); cache steps laid out as each cache lays them out (static: unwritten slots and a mask of
-the slots written; dynamic: the tokens seen; a window layer's rolled cache; no mask: position ids);
-torch.compile of a static-cache step; and the calls it refuses, in its own words."""
+the slots written; dynamic: the tokens seen; a window layer's rolled cache; no mask: position ids,
+or neither); cross-attention and encoders (no causal mask, any q_len and kv_len); torch.compile of
+a static-cache step; and the calls it refuses, in its own words."""
 
 from __future__ import annotations
 
@@ -113,6 +114,37 @@ def test_dynamic_cache_step_and_a_full_window_cache(tokamax):
     torch.testing.assert_close(out.double(), want, **TOL)
 
 
+def test_without_position_ids_the_queries_are_the_last_keys(tokamax):
+    """Models that pass no position ids to attention (Bart's decoder, Llama 4), a dynamic cache: the
+    step's queries are the last keys."""
+    q, k, v = _qkv(2, 4, 2, 2, 75, seed=42)
+    with torch.no_grad():
+        out, _ = tokamax.attention(MODULE, q, k, v, None, scaling=SCALE)
+    torch.testing.assert_close(out.double(), _cache_reference(q, k, v, 73, torch.ones(2, 75, dtype=torch.bool)), **TOL)
+
+
+@pytest.mark.parametrize(("q_len", "kv_len"), [(5, 12), (12, 12), (20, 7)], ids=["shorter", "equal", "longer"])
+def test_cross_attention_and_encoders_see_every_key_the_mask_keeps(tokamax, q_len, kv_len):
+    """No causal mask (a decoder's queries against an encoder's keys, or an encoder): every query is a
+    real token and sees every key its row's padding mask keeps, however long either side; values
+    and gradients against float64 attention."""
+    module = types.SimpleNamespace(is_causal=False)
+    q, k, v = _qkv(2, 4, 2, q_len, kv_len, seed=60 + q_len)
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    mask = torch.ones(2, kv_len, dtype=torch.bool)
+    mask[1, kv_len - 3:] = False  # row 1's encoder is padded
+    out, _ = tokamax.attention(module, q, k, v, mask, scaling=SCALE)
+    allowed = mask[:, None, :].expand(2, q_len, kv_len)
+    leaves64 = [x.detach().double().requires_grad_() for x in leaves]
+    ref = reference.attention(leaves64[0] * SCALE, leaves64[1], leaves64[2], allowed).transpose(1, 2)
+    cotangent = checks.randn(*out.shape, seed=61)
+    (out * cotangent).sum().backward()
+    (ref * cotangent.double()).sum().backward()
+    torch.testing.assert_close(out.double(), ref.detach(), **TOL)
+    for name, got, want in zip("qkv", leaves, leaves64, strict=True):
+        torch.testing.assert_close(got.grad.double(), want.grad, **TOL, msg=lambda m, n=name: f"d{n}: {m}")
+
+
 def test_a_static_cache_step_compiles_without_graph_breaks(tokamax):
     """transformers compiles static-cache decode steps (fullgraph, static shapes): the function traces
     whole on fake tensors, and the graph runs the run-time-offset op."""
@@ -137,18 +169,21 @@ _REFUSED = [
     (dict(output_attentions=True), NotImplementedError, "output_attentions needs the eager implementation"),
     (dict(attention_mask=torch.ones(2, 1, 8, 8, dtype=torch.bool)), ValueError,
      "expected a [batch, kv_len] padding mask"),
-    (dict(query=torch.zeros(2, 4, 9, 128)), ValueError, "9 queries against 8 keys"),
-    (dict(query=torch.zeros(2, 4, 1, 128)), ValueError, "a cache step without an attention mask needs position_ids"),
+    (dict(attention_mask=torch.zeros(2, 8)), TypeError, "an additive float mask would be read inverted"),
+    (dict(query=torch.zeros(2, 4, 9, 128)), ValueError, "9 causal queries against 8 keys"),
+    (dict(module=types.SimpleNamespace(is_causal=True, layer_idx=1, config=types.SimpleNamespace(
+        layer_types=["full_attention", "chunked_attention"], attention_chunk_size=8192))),
+     NotImplementedError, "layer 1 is a chunked-attention layer"),
 ]
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize(("change", "error", "message"), _REFUSED, ids=[m for _, _, m in _REFUSED])
 def test_refused_calls_say_why(tokamax, change, error, message):
-    call = dict(query=torch.zeros(2, 4, 8, 128), key=torch.zeros(2, 2, 8, 128), value=torch.zeros(2, 2, 8, 128),
-                attention_mask=None)
+    call = dict(module=MODULE, query=torch.zeros(2, 4, 8, 128), key=torch.zeros(2, 2, 8, 128),
+                value=torch.zeros(2, 2, 8, 128), attention_mask=None)
     call.update(change)
     with pytest.raises(error, match="tokamax attention") as info:
-        tokamax.attention(MODULE, call.pop("query"), call.pop("key"), call.pop("value"), call.pop("attention_mask"),
-                          **call)
+        tokamax.attention(call.pop("module"), call.pop("query"), call.pop("key"), call.pop("value"),
+                          call.pop("attention_mask"), **call)
     assert message in str(info.value)

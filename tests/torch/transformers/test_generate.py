@@ -84,6 +84,18 @@ def test_static_cache_with_window_layers_exports_once_per_layer_kind(tokamax):
                                                                     "splash_attention_at": 3}
 
 
+def test_prompts_of_one_bucket_share_their_exports(tokamax):
+    """Prompts of 37 and 90 tokens run padded to 128 (dynamic cache: self-attention; static cache: the
+    prompt against the cache, 64 and 128 queries), steps of one token: the second prompt exports
+    nothing new with the dynamic cache."""
+    _, ours = pair("qwen3_moe", tokamax, train=False)
+    with ExportProbe(_namespace(tokamax)) as probe, torch.no_grad():
+        for length in (37, 90):
+            _generate(ours, "dynamic", 4, input_ids=tokens(1, length, seed=length))
+    assert {op: n for op, n in probe.exports().items() if op.startswith("splash")} == {
+        "splash_attention": 1, "splash_attention_at": 1}
+
+
 def test_dynamic_cache_exports_once_per_kv_bucket(tokamax):
     """Qwen3-MoE, dynamic cache: the 120-token prompt is one self-attention export; its steps see 121 to
     135 keys, which fall in two buckets (128 and 256 slots): two step exports, not 15."""

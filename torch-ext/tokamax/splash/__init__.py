@@ -7,7 +7,8 @@ upstream's public call, which turns every mask but causal into a dense [q_len, k
 takes only lengths its blocks divide; the kernel, its blocks (upstream's Op's config choice) and its
 backward pass are upstream's own.
 
-- `lengths`: the lengths the kernel runs at (padding) and the KV-length buckets of a dynamic cache.
+- `lengths`: the lengths the kernel runs at (padding) and the export buckets of a cache step's
+  keys and queries.
 - `masks`: a call's mask (causal, full or a local window) as upstream's lazy mask objects, and the
   block schedule of a mask at a run-time offset.
 - `padding`: padding a call to the kernel's lengths, segment ids that mask the padding.
@@ -16,8 +17,8 @@ backward pass are upstream's own.
 """
 
 from .fixed_offset import attend, attend_vjp
-from .lengths import bucket, padded
+from .lengths import bucket, padded, query_bucket
 from .masks import MaskSpec
 from .run_time_offset import attend_at, kv_slots_read
 
-__all__ = ["MaskSpec", "attend", "attend_at", "attend_vjp", "bucket", "kv_slots_read", "padded"]
+__all__ = ["MaskSpec", "attend", "attend_at", "attend_vjp", "bucket", "kv_slots_read", "padded", "query_bucket"]

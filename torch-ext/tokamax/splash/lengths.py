@@ -4,7 +4,9 @@ Upstream's kernel takes lengths that its blocks divide, and its config choice pi
 unless a length is a multiple of 1024 (then 1024). Shorter or odd lengths are padded at the end:
 `padded` rounds up to a multiple of 128, or of 1024 when that adds at most an eighth (long sequences
 then get the large blocks). A dynamic KV cache grows by one token per step; its KV length is padded
-(on the Torch side, before the kernel's export) to `bucket(n)`, so that one export serves many steps.
+(on the Torch side, before the kernel's export) to `bucket(n)`, so that one export serves many steps;
+the new tokens of a cache step (1 when decoding, a few when a draft is verified, a chunk of a
+prompt) to `query_bucket(n)`.
 """
 
 from __future__ import annotations
@@ -37,3 +39,12 @@ def bucket(n: int) -> int:
         raise ValueError(f"a KV length must be positive, got {n}")
     step = max(BLOCK, 1 << max((n - 1).bit_length() - 3, 0))
     return padded(_round_up(n, step))
+
+
+def query_bucket(n: int) -> int:
+    """The length `n` new tokens of a cache step are padded to: the next power of two up to 128 (a
+    decode step's single token stays 1: its rows are folded, and padding would multiply them),
+    then `padded(n)`."""
+    if n < 1:
+        raise ValueError(f"a query length must be positive, got {n}")
+    return 1 << (n - 1).bit_length() if n <= BLOCK else padded(n)

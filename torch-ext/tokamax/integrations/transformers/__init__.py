@@ -7,10 +7,11 @@
 - `register_experts()` registers `experts_forward` (grouped matmuls through the ragged-dot Torch
   op) as transformers' experts implementation "tokamax": `experts_implementation="tokamax"`.
 
-Modules: `attention` (the entry point: arguments, which phase), `prefill` (queries and keys the
-same tokens: training, prompts), `decode` (queries against a KV cache), `masks` (segment ids from
-padding masks, packed position ids and cache slots), `positions` (where the queries sit in the
-cache), `experts`.
+Modules: `attention` (the entry point: arguments, which phase), `prefill` (causal queries and keys
+the same tokens: training, prompts), `decode` (queries against a KV cache), `bidirectional`
+(encoders, cross-attention), `masks` (segment ids from padding masks, packed position ids and
+cache slots), `positions` (where the queries sit in the cache), `buckets` (padding lengths to the
+export buckets), `experts`.
 """
 
 from .attention import attention, flash_attn_forward

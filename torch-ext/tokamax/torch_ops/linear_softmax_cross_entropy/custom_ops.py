@@ -1,9 +1,13 @@
-"""Linear softmax cross-entropy loss on Torch tensors through upstream's public op
-(`ops.linear_softmax_cross_entropy_loss`, the Mosaic kernels): `loss = reduce(lse(x @ w) - (x @ w)[label])`
-without materialising the logits, and the log-sum-exp per row; autograd in x and w through upstream's VJP.
+"""The custom ops behind `linear_softmax_cross_entropy_loss`, each with autograd through upstream's VJP
+Op on the forward's residuals (no second forward):
 
-The kernels build a TensorCore mesh (`pltpu.TensorCoreMesh`, jax >= 0.11.1): with an older jax the op
-says so. With jax >= 0.11.1 CPU tensors run in Pallas TPU interpret mode (one TensorCore); meta tensors
+- `linear_softmax_cross_entropy_loss_op` -> (loss, lse): upstream's public op as it is, for sizes on
+  the kernel's 128-lane blocks;
+- `linear_softmax_cross_entropy_rows_op` -> (losses, lse) per padded row: `tokamax.lm_loss`, any
+  size (padded to the lanes inside the JAX function), the reduction left to the caller.
+
+The kernels build a TensorCore mesh (`pltpu.TensorCoreMesh`, jax >= 0.11.1): with an older jax the ops
+say so. With jax >= 0.11.1 CPU tensors run in Pallas TPU interpret mode (one TensorCore); meta tensors
 (shapes only) work with any jax.
 """
 
@@ -17,13 +21,14 @@ from typing import Any
 import jax
 import torch
 
-from . import _checks
-from ._bridge import chip_for_tracing, register
+from ... import lm_loss
+from .. import _checks
+from .._bridge import chip_for_tracing, register
 
-__all__ = ["linear_softmax_cross_entropy_loss", "linear_softmax_cross_entropy_loss_bwd_op",
-           "linear_softmax_cross_entropy_loss_op"]
+__all__ = ["linear_softmax_cross_entropy_loss_bwd_op", "linear_softmax_cross_entropy_loss_op",
+           "linear_softmax_cross_entropy_rows_bwd_op", "linear_softmax_cross_entropy_rows_op"]
 
-REDUCTIONS = ("sum", "mean", "none")
+OP = "linear_softmax_cross_entropy_loss"
 
 
 def _on_tensorcores(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -44,7 +49,7 @@ def _on_tensorcores(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _mosaic_op() -> Any:
     """The Op instance the public function runs for `implementation="mosaic_tpu"` (upstream's config choice)."""
-    api = importlib.import_module(".._ported._src.ops.linear_softmax_cross_entropy_loss.api", __package__)
+    api = importlib.import_module("..._ported._src.ops.linear_softmax_cross_entropy_loss.api", __package__)
     return api.IMPLEMENTATIONS["mosaic_tpu"]
 
 
@@ -52,7 +57,7 @@ def _mosaic_op() -> Any:
 @chip_for_tracing()
 def _lsce_jax(x: jax.Array, labels: jax.Array, w: jax.Array, reduction: str) -> tuple[jax.Array, jax.Array]:
     """(loss, lse): the public call's Op with its residual, the per-row log-sum-exp, returned too."""
-    _checks.jax_has("linear_softmax_cross_entropy_loss", *_checks.TENSORCORE_MESH)
+    _checks.jax_has(OP, *_checks.TENSORCORE_MESH)
 
     def run(x: jax.Array, labels: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
         loss, (lse,) = _mosaic_op()(x, labels, w, reduction=reduction, return_residuals=True)
@@ -67,7 +72,7 @@ def _lsce_bwd_jax(x: jax.Array, labels: jax.Array, w: jax.Array, lse: jax.Array,
     """(dx, dw): upstream's VJP Op (with its own config choice) on the forward's residual, as upstream's
     custom VJP runs it (and upstream's Torch op): no second forward. Equal, bit for bit, to `jax.vjp` of
     the public call (checked in interpret mode with jax 0.12)."""
-    _checks.jax_has("linear_softmax_cross_entropy_loss", *_checks.TENSORCORE_MESH)
+    _checks.jax_has(OP, *_checks.TENSORCORE_MESH)
 
     def run(x: jax.Array, labels: jax.Array, w: jax.Array, lse: jax.Array, loss: jax.Array, d_loss: jax.Array
             ) -> tuple[jax.Array, jax.Array]:
@@ -118,27 +123,52 @@ def _lsce_backward(ctx: Any, d_loss: torch.Tensor | None, d_lse: torch.Tensor | 
 linear_softmax_cross_entropy_loss_op.register_autograd(_lsce_backward, setup_context=_lsce_setup)
 
 
-# ---- What users call ---------------------------------------------------------------------------
-def linear_softmax_cross_entropy_loss(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, *,
-                                      reduction: str = "sum") -> tuple[torch.Tensor, torch.Tensor]:
-    """Cross-entropy of `softmax(x @ w)` against `labels`, without the logits in memory; differentiable
-    in x and w. Returns `(loss, lse)`, as upstream's Torch op does.
+# ---- Any size: per-row losses of the padded problem (tokamax.lm_loss) -----------------------------
+@chip_for_tracing()
+def _rows_jax(x: jax.Array, labels: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(losses, lse), float32 [padded rows]."""
+    _checks.jax_has(OP, *_checks.TENSORCORE_MESH)
+    return _on_tensorcores(lm_loss.row_losses)(x, labels, w)
 
-    x [batch, hidden] and w [hidden, vocab], bf16 or f32 (one dtype); labels int32 [batch], in
-    [0, vocab). `reduction`: "sum" (upstream's default), "mean" or "none" (a loss per row). loss
-    and lse (float32 [batch], the log-sum-exp of each row's logits) are float32; lse is not
-    differentiable. Sizes: what upstream's kernel takes (it tiles every dimension by 128).
-    Needs jax >= 0.11.1 for CPU and TPU tensors.
-    """
-    op = "linear_softmax_cross_entropy_loss"
-    _checks.tensors(op, x=x, labels=labels, w=w)
-    _checks.floats(op, x=x, w=w)
-    _checks.rank(op, "x", x, (2,), "[batch, hidden]")
-    _checks.rank(op, "w", w, (2,), "[hidden, vocab]")
-    _checks.dtype(op, "labels", labels, (torch.int32,))
-    _checks.shape(op, "labels", labels, (x.shape[0],), "[batch]")
-    _checks.same(op, "the hidden sizes", x=x.shape[1], w=w.shape[0])
-    _checks.choice(op, "reduction", reduction, REDUCTIONS)
-    if x.device.type != "meta":  # meta tensors only run the fake kernels, with any jax
-        _checks.jax_has(op, *_checks.TENSORCORE_MESH)
-    return linear_softmax_cross_entropy_loss_op(x.contiguous(), labels.contiguous(), w.contiguous(), reduction)
+
+@chip_for_tracing()
+def _rows_bwd_jax(x: jax.Array, labels: jax.Array, w: jax.Array, lse: jax.Array, losses: jax.Array,
+                  d_losses: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(dx, dw), float32."""
+    _checks.jax_has(OP, *_checks.TENSORCORE_MESH)
+    return _on_tensorcores(lm_loss.row_losses_vjp)(x, labels, w, lse, losses, d_losses)
+
+
+linear_softmax_cross_entropy_rows_op = register("linear_softmax_cross_entropy_rows", _rows_jax)
+linear_softmax_cross_entropy_rows_bwd_op = register("linear_softmax_cross_entropy_rows_bwd", _rows_bwd_jax)
+
+
+@linear_softmax_cross_entropy_rows_op.register_fake
+def _rows_fake(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = (x.shape[0] + lm_loss.LANES - 1) // lm_loss.LANES * lm_loss.LANES
+    return x.new_empty((rows,), dtype=torch.float32), x.new_empty((rows,), dtype=torch.float32)
+
+
+@linear_softmax_cross_entropy_rows_bwd_op.register_fake
+def _rows_bwd_fake(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, lse: torch.Tensor, losses: torch.Tensor,
+                   d_losses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x, dtype=torch.float32), torch.empty_like(w, dtype=torch.float32)
+
+
+def _rows_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    x, labels, w = inputs
+    losses, lse = output
+    ctx.save_for_backward(x, labels, w, lse, losses)
+    ctx.mark_non_differentiable(lse)
+
+
+def _rows_backward(ctx: Any, d_losses: torch.Tensor | None, d_lse: torch.Tensor | None) -> tuple:
+    x, labels, w, lse, losses = ctx.saved_tensors
+    if d_losses is None:
+        return None, None, None
+    d_losses = d_losses.to(torch.float32).contiguous()
+    dx, dw = linear_softmax_cross_entropy_rows_bwd_op(x, labels, w, lse, losses, d_losses)
+    return dx.to(x.dtype), None, dw.to(w.dtype)
+
+
+linear_softmax_cross_entropy_rows_op.register_autograd(_rows_backward, setup_context=_rows_setup)
