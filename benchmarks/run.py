@@ -130,7 +130,8 @@ def attention(pythons: dict[str, str]) -> dict:
     return {"window_module": {"ours": _probe_json(pythons["jax-tier"], "window_module_size.py", "ours", str(VARIANT)),
                               "upstream": _probe_json(pythons["upstream"], "window_module_size.py", "upstream")},
             "decode_reads": _probe_json(pythons["jax-tier"], "decode_reads.py", str(VARIANT)),
-            "generate": _probe_json(pythons["torch-tier"], "generate_exports.py", str(VARIANT), torch_tier=True)}
+            "generate": _probe_json(pythons["torch-tier"], "generate_exports.py", str(VARIANT), torch_tier=True),
+            "fused_loss": _probe_json(pythons["torch-tier"], "fused_loss_memory.py", str(VARIANT), torch_tier=True)}
 
 
 def _env() -> dict:
@@ -203,6 +204,12 @@ def table(results: dict) -> str:
                      f"{gen['kv_lengths_seen']} KV lengths seen"))
     rows.append(("attention kernel calls per layer, batch of 4", f"{gen['batch4_calls_per_layer']:.0f}",
                  "forward (backward: 1 more)"))
+    loss = att["fused_loss"]
+    size = f"hidden {loss['hidden']}, vocab {loss['vocab']}, {loss['tokens']} tokens, {loss['dtype']}"
+    for name in ("transformers", "tokamax"):
+        rows.append((f"LM loss step, peak activation bytes (traced), {name}",
+                     f"{loss[name]['peak_bytes'] / 2**30:.1f} GiB",
+                     f"{size}; largest {loss[name]['largest_shape']} {loss[name]['largest_bytes'] / 2**30:.1f} GiB"))
     for tier, t in results["test_tiers"].items():
         rows.append((f"test tier {tier} (CPU, interpret mode), last ./test.sh", f"{t['seconds']:.0f} s",
                      f"{t['tests']} tests"))

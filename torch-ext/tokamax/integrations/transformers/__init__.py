@@ -6,6 +6,8 @@
   prefill and every cache step.
 - `register_experts()` registers `experts_forward` (grouped matmuls through the ragged-dot Torch
   op) as transformers' experts implementation "tokamax": `experts_implementation="tokamax"`.
+- `use_fused_loss(model)`: the training loss from the hidden states and the LM head's weight,
+  without [tokens, vocab] logits (`loss/`).
 
 Modules: `attention` (the entry point: arguments, which phase), `prefill` (causal queries and keys
 the same tokens: training, prompts), `decode` (queries against a KV cache), `bidirectional`
@@ -16,5 +18,7 @@ export buckets), `experts`.
 
 from .attention import attention, flash_attn_forward
 from .experts import experts_forward, register_experts
+from .loss import causal_lm_loss, use_fused_loss
 
-__all__ = ["attention", "experts_forward", "flash_attn_forward", "register_experts"]
+__all__ = ["attention", "causal_lm_loss", "experts_forward", "flash_attn_forward", "register_experts",
+           "use_fused_loss"]

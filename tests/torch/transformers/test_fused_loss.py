@@ -1,0 +1,268 @@
+"""The fused causal-LM loss (`tokamax.use_fused_loss(model)`) against transformers' own loss path.
+
+The Torch tier's jax (0.10.2) cannot run upstream's cross-entropy kernels (they need jax >= 0.11.1;
+the JAX tier checks their values and gradients against float64, `tests/jax/lm_loss`). So here:
+
+- the glue (label shift, ignored labels, `shift_labels`, `num_items_in_batch` and the mean, the
+  gradients into the hidden states and the weight, padding to the kernel's lanes) runs with the
+  kernel call, the per-row custom op, replaced by a float64 Torch reference of exactly that op's
+  contract (`reference_rows`), against transformers' `ForCausalLMLoss` on the same tiny models of
+  four families: loss and every parameter's gradient;
+- the junction: a training step traced on fake tensors through the real op's fake kernels, whose
+  graph holds no [tokens, vocab] tensor (the same step without the fused loss holds one);
+- evaluation and generation are untouched, a training output holds no logits, and what is refused
+  says why.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import transformers
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from .models import FAMILIES, tokens
+
+VOCAB = 384  # no other size of these models, so a [tokens, vocab] tensor can be told apart in a graph
+# float32 on transformers' side (logits in float32), float64 in the reference: ~1e-6 relative.
+TOL = dict(rtol=1e-4, atol=1e-6)
+
+
+def reference_rows(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-row op's contract in float64 Torch: x [rows, hidden] and w [hidden, vocab] of one float
+    dtype, labels int32 [rows] in [0, vocab); returns float32 (losses, lse) for the rows padded to a
+    multiple of 128, the padded rows NaN (the caller must drop them)."""
+    rows, vocab = x.shape[0], w.shape[1]
+    assert x.dtype == w.dtype and x.dtype in (torch.float32, torch.bfloat16), (x.dtype, w.dtype)
+    assert labels.dtype == torch.int32 and labels.shape == (rows,) and w.shape[0] == x.shape[1]
+    assert int(labels.min()) >= 0 and int(labels.max()) < vocab, "a label outside [0, vocab) reached the kernel"
+    logits = x.double() @ w.double()
+    lse = torch.logsumexp(logits, dim=-1)
+    losses = lse - logits.gather(1, labels.long()[:, None])[:, 0]
+    padding = torch.full((-rows % 128,), float("nan"), dtype=torch.float64)
+    return torch.cat([losses, padding]).float(), torch.cat([lse, padding]).float()
+
+
+@pytest.fixture
+def reference_kernel(ops, monkeypatch):  # noqa: ANN001, ANN201
+    """The per-row op replaced by `reference_rows` for the test (the fused loss always goes through it:
+    it passes ignore_index)."""
+    api = ops.families["linear_softmax_cross_entropy"].api
+    calls = []
+
+    def recorded(*args):  # noqa: ANN002, ANN202
+        calls.append(tuple(a.shape for a in args))
+        return reference_rows(*args)
+
+    monkeypatch.setattr(api, "linear_softmax_cross_entropy_rows_op", recorded)
+    return calls
+
+
+def _llama() -> transformers.PreTrainedConfig:
+    return transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=128, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+
+
+def _config(family: str) -> transformers.PreTrainedConfig:
+    config = _llama() if family == "llama" else FAMILIES[family][0]()
+    config.vocab_size = VOCAB
+    return config
+
+
+def _models(family: str, tokamax, **config_changes) -> tuple[torch.nn.Module, torch.nn.Module]:  # noqa: ANN001
+    """(transformers' loss, the fused loss): equal float32 weights, eager attention and experts on both."""
+    model_cls = transformers.LlamaForCausalLM if family == "llama" else FAMILIES[family][1]
+    config = _config(family)
+    for key, value in config_changes.items():
+        setattr(config, key, value)
+    torch.manual_seed(0)
+    plain, fused = model_cls(copy.deepcopy(config)).float(), model_cls(copy.deepcopy(config)).float()
+    fused.load_state_dict(plain.state_dict())
+    for model in (plain, fused):
+        model.set_attn_implementation("eager")
+    assert tokamax.use_fused_loss(fused) is fused
+    return plain.train(), fused.train()
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """2 x 37 tokens, the second row left-padded by 8; labels ignore the padding and a few tokens."""
+    ids, mask = tokens(2, 37, seed=11), torch.ones(2, 37, dtype=torch.int64)
+    ids = ids % VOCAB
+    mask[1, :8] = 0
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[0, 5:9] = -100
+    return ids, mask, labels
+
+
+def _loss_and_grads(model: torch.nn.Module, **inputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # noqa: ANN003
+    out = model(**inputs)
+    out.loss.backward()
+    return out, {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _assert_same(got: tuple, want: tuple) -> None:
+    torch.testing.assert_close(got[0].loss, want[0].loss, **TOL)
+    assert got[1].keys() == want[1].keys() and got[1]
+    for name in want[1]:
+        torch.testing.assert_close(got[1][name], want[1][name], **TOL, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "num_items_in_batch"])
+@pytest.mark.parametrize("family", ["llama", "mixtral", "qwen3_moe", "gpt_oss"])
+def test_loss_and_gradients_equal_transformers(tokamax, reference_kernel, family, reduction):
+    plain, fused = _models(family, tokamax)
+    ids, mask, labels = _batch()
+    inputs = dict(input_ids=ids, attention_mask=mask, labels=labels)
+    if reduction == "num_items_in_batch":  # what Trainer passes: the labels kept over the whole step
+        inputs["num_items_in_batch"] = torch.tensor(123)
+    want, got = _loss_and_grads(plain, **inputs), _loss_and_grads(fused, **inputs)
+    _assert_same(got, want)
+    assert got[0].logits is None and want[0].logits.shape == (2, 37, VOCAB)
+    # the kernel got every position (2 x 37 rows), hidden states and the transposed weight
+    assert reference_kernel == [((74, 256), (74,), (256, VOCAB))]
+
+
+def test_moe_auxiliary_loss_tied_embeddings_and_shift_labels(tokamax, reference_kernel):
+    """Qwen3-MoE with its router's load-balancing loss added and its embeddings tied to the LM head;
+    labels given already shifted."""
+    plain, fused = _models("qwen3_moe", tokamax, output_router_logits=True, tie_word_embeddings=True)
+    assert fused.lm_head.weight is fused.model.embed_tokens.weight
+    ids, mask, labels = _batch()
+    shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:].contiguous()
+    inputs = dict(input_ids=ids, attention_mask=mask, labels=labels, shift_labels=shifted)
+    want, got = _loss_and_grads(plain, **inputs), _loss_and_grads(fused, **inputs)
+    assert want[0].aux_loss is not None
+    torch.testing.assert_close(got[0].aux_loss, want[0].aux_loss)
+    _assert_same(got, want)
+
+
+def test_logits_to_keep_with_shift_labels(tokamax, reference_kernel):
+    """The last 10 positions only (`logits_to_keep`), their labels given shifted."""
+    plain, fused = _models("llama", tokamax)
+    ids, mask, labels = _batch()
+    shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:][:, -10:].contiguous()
+    inputs = dict(input_ids=ids, attention_mask=mask, labels=labels, shift_labels=shifted, logits_to_keep=10)
+    _assert_same(_loss_and_grads(fused, **inputs), _loss_and_grads(plain, **inputs))
+    assert reference_kernel == [((20, 256), (20,), (256, VOCAB))]
+
+
+def test_sizes_off_the_lanes(tokamax, reference_kernel):
+    """Hidden 200 and a vocabulary of 300: the glue hands the op what it takes."""
+    plain, fused = _models("llama", tokamax, hidden_size=200, num_attention_heads=4, head_dim=50, vocab_size=300)
+    ids, mask, labels = _batch()
+    ids, labels = ids % 300, labels.where(labels < 300, 7)
+    inputs = dict(input_ids=ids, attention_mask=mask, labels=labels)
+    _assert_same(_loss_and_grads(fused, **inputs), _loss_and_grads(plain, **inputs))
+
+
+def test_evaluation_and_generation_are_untouched(tokamax):
+    plain, fused = _models("llama", tokamax)
+    ids, mask, labels = _batch()
+    plain.eval()
+    fused.eval()
+    with torch.no_grad():
+        want, got = (m(input_ids=ids, attention_mask=mask, labels=labels) for m in (plain, fused))
+    torch.testing.assert_close(got.logits, want.logits)
+    torch.testing.assert_close(got.loss, want.loss)
+    assert torch.equal(fused.generate(input_ids=ids[:1], max_new_tokens=5, do_sample=False),
+                       plain.generate(input_ids=ids[:1], max_new_tokens=5, do_sample=False))
+    fused.train()  # a training step without labels computes logits as before
+    assert fused(input_ids=ids).logits.shape == (2, 37, VOCAB)
+
+
+def test_the_forward_keeps_its_signature_and_copies_keep_their_own(tokamax):
+    """Trainer reads `inspect.signature(model.forward)` (to keep dataset columns, and to pass
+    `num_items_in_batch` to forwards taking **kwargs); a deep copy's forward runs the copy."""
+    import inspect
+
+    plain, fused = _models("llama", tokamax)
+    assert inspect.signature(fused.forward) == inspect.signature(plain.forward)
+    twin = copy.deepcopy(fused)
+    assert twin.forward.__self__ is twin and tokamax.use_fused_loss(twin) is twin
+
+
+def _graph_shapes(step, *args) -> list[tuple[int, ...]]:  # noqa: ANN001
+    graph = make_fx(step, tracing_mode="fake")(*args)  # every input, parameters too, becomes a fake
+    return [tuple(n.meta["val"].shape) for n in graph.graph.nodes
+            if isinstance(n.meta.get("val"), torch.Tensor)]
+
+
+def test_a_traced_training_step_holds_no_tokens_by_vocab_tensor(tokamax):
+    """make_fx (fake tensors) of loss and gradients: the real op's fakes stand in for the kernels,
+    with the arguments the glue hands them. 74 tokens (128 padded rows) and a vocabulary of 384: no
+    tensor has both a token-count and the vocabulary dimension; transformers' path has its logits."""
+    from torch.func import functional_call
+
+    plain, fused = _models("llama", tokamax)
+    ids, mask, labels = _batch()
+
+    def step_of(model):  # noqa: ANN001, ANN202
+        def step(params, buffers, ids, mask, labels):  # noqa: ANN001, ANN202
+            loss = functional_call(model, {**params, **buffers}, (),
+                                   dict(input_ids=ids, attention_mask=mask, labels=labels)).loss
+            return loss, torch.autograd.grad(loss, list(params.values()))
+        return step
+
+    token_counts = {37, 74, 128}
+
+    def logits_like(shape: tuple[int, ...]) -> bool:
+        return VOCAB in shape and bool(token_counts & set(shape))
+
+    args = (ids, mask, labels)
+    fused_shapes = _graph_shapes(step_of(fused), dict(fused.named_parameters()), dict(fused.named_buffers()), *args)
+    assert not [s for s in fused_shapes if logits_like(s)], [s for s in fused_shapes if logits_like(s)]
+    assert (128,) in fused_shapes  # the per-row losses of the padded rows: the op ran in the trace
+    plain_shapes = _graph_shapes(step_of(plain), dict(plain.named_parameters()), dict(plain.named_buffers()), *args)
+    assert [s for s in plain_shapes if logits_like(s)]  # the check can fail: transformers' path has its logits
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(("change", "error", "message"), [
+    ("softcap", NotImplementedError, "caps its logits (30.0 * tanh(logits / 30.0)) before the loss"),
+    ("bias", NotImplementedError, "LM head has a bias"),
+    ("no-head", TypeError, "has no nn.Linear LM head"),
+])
+def test_refused_models_say_why(tokamax, change, error, message):
+    if change == "softcap":
+        model = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
+            vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=32, final_logit_softcapping=30.0))
+    else:
+        model = transformers.LlamaForCausalLM(_llama())
+        model.lm_head = torch.nn.Linear(256, VOCAB, bias=True) if change == "bias" else torch.nn.Identity()
+    with pytest.raises(error, match="tokamax use_fused_loss") as info:
+        tokamax.use_fused_loss(model)
+    assert message in str(info.value)
+
+
+class _ScalingLlama(transformers.LlamaForCausalLM):
+    """A family whose forward changes its logits before the loss (here: doubles them)."""
+
+    def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):  # noqa: ANN001, ANN003, ANN201
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        logits = self.lm_head(hidden) * 2.0
+        loss = self.loss_function(logits, labels, self.config.vocab_size, **kwargs)
+        return transformers.modeling_outputs.CausalLMOutputWithPast(loss=loss, logits=logits)
+
+
+class _OwnLossLlama(transformers.LlamaForCausalLM):
+    """A family whose forward computes its loss without `loss_function`."""
+
+    def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):  # noqa: ANN001, ANN003, ANN201
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        logits = self.lm_head(hidden)
+        return transformers.modeling_outputs.CausalLMOutputWithPast(loss=logits.float().pow(2).mean(), logits=logits)
+
+
+@pytest.mark.parametrize(("model_cls", "message"), [
+    (_ScalingLlama, "changes the logits between its lm_head and its loss function"),
+    (_OwnLossLlama, "computed its loss without its loss_function"),
+])
+def test_forwards_the_fused_loss_cannot_serve_are_stopped(tokamax, reference_kernel, model_cls, message):
+    model = tokamax.use_fused_loss(model_cls(_llama()).train())
+    ids, mask, labels = _batch()
+    with pytest.raises(RuntimeError, match="tokamax use_fused_loss") as info:
+        model(input_ids=ids, attention_mask=mask, labels=labels)
+    assert message in str(info.value)

@@ -1,0 +1,109 @@
+"""`use_fused_loss(model)`: a causal LM computes its training loss with the fused loss, through its
+own forward.
+
+transformers' causal LMs (Llama, Mixtral, Qwen3-MoE, GPT-OSS and the others built as `model` +
+`lm_head`) end their forward with `logits = self.lm_head(hidden)` and `loss = self.loss_function(
+logits, labels, vocab_size, **kwargs)`. While a training step with labels runs, `lm_head` hands its
+input through unchanged and `loss_function` is `causal_lm_loss` on it and `lm_head.weight`; the rest
+of the family's forward (its trunk, `logits_to_keep`, MoE auxiliary losses) runs as written, and the
+output holds no logits. So one wrapper serves every family, and nothing of a family's forward is
+copied. Evaluation, generation and steps without labels run the forward untouched (logits as
+before). Tied embeddings need nothing (the weight is shared). Refused: an `lm_head` with a bias, a
+final logit soft cap (Gemma 2/3), and a forward that changes the logits before its loss function or
+does not call it (each detected, with a message).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from .causal_lm import causal_lm_loss
+
+_LOSS_KEYWORDS = ("num_items_in_batch", "ignore_index", "shift_labels")
+
+
+def _head(model: torch.nn.Module) -> torch.nn.Linear:
+    name = type(model).__name__
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if not isinstance(head, torch.nn.Linear):
+        raise TypeError(f"tokamax use_fused_loss: {name} has no nn.Linear LM head (get_output_embeddings() gives "
+                        f"{type(head).__name__}); the fused loss serves causal LMs built as model + lm_head")
+    if head.bias is not None:
+        raise NotImplementedError(f"tokamax use_fused_loss: {name}'s LM head has a bias, which upstream's linear "
+                                  "softmax cross-entropy has no place for")
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    cap = getattr(config, "final_logit_softcapping", None)
+    if cap:
+        raise NotImplementedError(f"tokamax use_fused_loss: {name} caps its logits ({cap} * tanh(logits / {cap})) "
+                                  "before the loss; the fused loss takes the softmax of the uncapped logits")
+    if not hasattr(model, "loss_function"):
+        raise TypeError(f"tokamax use_fused_loss: {name} has no loss_function to compute the loss with")
+    return head
+
+
+@contextlib.contextmanager
+def _hidden_states_as_logits(model: torch.nn.Module, head: torch.nn.Linear) -> Iterator[dict[str, Any]]:
+    """Within the block, `head` returns its input and `model.loss_function` is the fused loss on it;
+    yields a record of what the forward did (the hidden states, whether the loss ran)."""
+    seen: dict[str, Any] = {}
+    name = type(model).__name__
+
+    def hand_through(hidden: torch.Tensor) -> torch.Tensor:
+        seen["hidden"] = hidden
+        return hidden
+
+    def fused_loss(logits: torch.Tensor, labels: torch.Tensor | None, vocab_size: int | None = None,
+                   **kwargs: Any) -> torch.Tensor:
+        if logits is not seen.get("hidden"):
+            raise RuntimeError(f"tokamax use_fused_loss: {name}.forward changes the logits between its lm_head and "
+                               "its loss function; the fused loss cannot apply that change")
+        seen["loss"] = True
+        return causal_lm_loss(logits, head.weight, labels, **{k: kwargs[k] for k in _LOSS_KEYWORDS if k in kwargs})
+
+    had_loss_function = "_loss_function" in model.__dict__
+    previous = model.__dict__.get("_loss_function")
+    head.forward = hand_through
+    model.loss_function = fused_loss
+    try:
+        yield seen
+    finally:
+        del head.forward
+        if had_loss_function:
+            model.loss_function = previous
+        else:
+            del model._loss_function
+
+
+def use_fused_loss(model: torch.nn.Module) -> torch.nn.Module:
+    """Makes `model` (a transformers causal LM) compute its training loss with the fused loss; returns
+    it. Applies to this model object only (not its class); calling it again changes nothing."""
+    head = _head(model)
+    if getattr(model, "_tokamax_fused_loss", False):
+        return model
+    forward = type(model).forward
+    signature = inspect.signature(forward)
+
+    @functools.wraps(forward)
+    def fused_forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        labels = signature.bind_partial(self, *args, **kwargs).arguments.get("labels")
+        if not self.training or labels is None:
+            return forward(self, *args, **kwargs)
+        as_tuple = kwargs.pop("return_dict", None) is False
+        with _hidden_states_as_logits(self, head) as seen:
+            out = forward(self, *args, **kwargs, return_dict=True)
+        if not seen.get("loss"):
+            raise RuntimeError(f"tokamax use_fused_loss: {type(self).__name__}.forward computed its loss without "
+                               "its loss_function; the fused loss cannot serve it")
+        out["logits"] = None
+        return out.to_tuple() if as_tuple else out
+
+    model.forward = types.MethodType(fused_forward, model)
+    model._tokamax_fused_loss = True
+    return model
