@@ -11,9 +11,14 @@ from .cases import PublicCase
 from .normalise import normalise
 
 
-def lower_public(case: PublicCase, api: Any, emulation: ModuleType) -> str:
-    """Normalised StableHLO of `case` on its chip (upstream's `cross_compile` on, chip emulated)."""
+def lower_public_raw(case: PublicCase, api: Any, emulation: ModuleType) -> str:
+    """StableHLO of `case` on its chip (upstream's `cross_compile` on, chip emulated)."""
     with api.config.cross_compile(True), emulation.emulated_chip(case.chip):
         with jax.sharding.use_abstract_mesh(emulation.tpu_mesh(case.chip)):
             fn = case.build(api)
-            return normalise(jax.jit(fn).trace(*case.shape_dtypes()).lower(lowering_platforms=("tpu",)).as_text())
+            return jax.jit(fn).trace(*case.shape_dtypes()).lower(lowering_platforms=("tpu",)).as_text()
+
+
+def lower_public(case: PublicCase, api: Any, emulation: ModuleType) -> str:
+    """Normalised StableHLO of `case` on its chip."""
+    return normalise(lower_public_raw(case, api, emulation))

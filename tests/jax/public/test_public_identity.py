@@ -15,7 +15,7 @@ import pytest
 
 from tests.jax.public.cases import PublicCase, all_public_cases
 from tests.jax.public.lowering import lower_public
-from tests.jax.public.normalise import mosaic_count
+from tests.jax.public.normalise import mosaic_count, normalise
 
 CASES = all_public_cases()
 
@@ -26,16 +26,16 @@ def _diff(ours: str, theirs: str) -> str:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.id}@{c.chip}" for c in CASES])
-def test_public_call_lowers_to_upstreams_module(case: PublicCase, public_api, emulation, upstream_public):
+def test_public_call_lowers_to_upstreams_module(case: PublicCase, our_public_lowering, upstream_public):
     key = f"{case.id}@{case.chip}"
     if key in upstream_public["errors"]:
         expected = upstream_public["errors"][key].strip().splitlines()
         message = next(line for line in reversed(expected) if ":" in line and not line.startswith((" ", "-", "For ")))
         with pytest.raises(Exception) as raised:
-            lower_public(case, public_api, emulation)
+            our_public_lowering(case)
         assert f"{type(raised.value).__name__}: {raised.value}" == message, "upstream refused this call differently"
         return
-    ours, theirs = lower_public(case, public_api, emulation), upstream_public["modules"][key]
+    ours, theirs = normalise(our_public_lowering(case)), upstream_public["modules"][key]
     assert ours == theirs, f"{key}: the module differs from upstream's:\n{_diff(ours, theirs)}"
     if "/fallback/" not in case.id:
         assert mosaic_count(ours) >= 1, f"{key}: no Mosaic kernel in the module"
