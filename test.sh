@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs every test: lint, the bundle build, the JAX tier (Python 3.12, jax 0.12) and the Torch tier
-# (Python 3.11, torch 2.13 CPU, torch-tpu 0.2.0, jax 0.10.2). Sets up each tier's venv itself.
+# Runs every test: lint, the bundle build, the JAX tier (Python 3.12, jax 0.12), the Torch tier
+# (Python 3.11, torch 2.13 CPU, torch-tpu 0.2.0, jax 0.10.2) and upstream's own test suite against
+# the port (tools/upstream_suite, its CI selection). Sets up each tier's venv itself.
 #   ./test.sh            all tests
-#   ./test.sh --fast     only the kernels_ci subset
+#   ./test.sh --fast     only the kernels_ci subset (no upstream suite)
 # A tier that fails, or runs no test, or skips every test it ran, fails the whole run.
 source "$(dirname "$0")/scripts/env.sh"
 cd "$REPO"
@@ -33,5 +34,13 @@ run_tier jax "$jax_python" tests --ignore=tests/torch
 # tests/kernel (what kernel-builder's ci-test runs) also runs here, where torch is installed.
 TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_tier torch "$torch_python" tests/torch tests/kernel
 
+if [ ${#marker[@]} -eq 0 ]; then
+  echo "== upstream suite (tokamax's own tests, on upstream and on the port)"
+  rm -f "$reports/upstream-suite.txt"
+  "$jax_python" -m tools.upstream_suite || status=1
+  cp build/upstream-suite/report.txt "$reports/upstream-suite.txt" 2>/dev/null || true
+fi
+
 "$jax_python" scripts/tier_summary.py "$reports/jax.xml" "$reports/torch.xml" || status=1
+[ -f "$reports/upstream-suite.txt" ] && grep -v "^  UNEXPLAINED" "$reports/upstream-suite.txt"
 exit $status

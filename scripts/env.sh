@@ -5,6 +5,7 @@
 #   jax-tier:   3.12, requirements/jax-tier.txt    TOKAMAX_PYTHON_JAX=/path/to/python3.12
 #   torch-tier: 3.11, requirements/torch-tier.txt  TOKAMAX_PYTHON_TORCH=/path/to/python3.11
 #   upstream:   3.12, requirements/upstream.txt    TOKAMAX_PYTHON_JAX (tokamax 0.0.17 for comparisons)
+#   upstream-suite: 3.12, requirements/upstream-suite.txt  (upstream's test suite against the port)
 #   jax-only:        3.12, jax 0.12 alone   (the "nothing beyond JAX" import checks)
 #   jax-only-py311:  3.11, jax 0.10.2 alone
 
@@ -14,7 +15,7 @@ VENVS="${TOKAMAX_VENVS:-$REPO/.venv}"
 
 _tier_python_version() {
   case "$1" in
-    jax-tier|upstream|jax-only) echo 3.12 ;;
+    jax-tier|upstream|upstream-suite|jax-only) echo 3.12 ;;
     torch-tier|jax-only-py311) echo 3.11 ;;
     *) echo "env.sh: unknown tier $1" >&2; return 2 ;;
   esac
@@ -22,7 +23,7 @@ _tier_python_version() {
 
 _tier_override() {
   case "$1" in
-    jax-tier|upstream|jax-only) echo "${TOKAMAX_PYTHON_JAX:-}" ;;
+    jax-tier|upstream|upstream-suite|jax-only) echo "${TOKAMAX_PYTHON_JAX:-}" ;;
     torch-tier|jax-only-py311) echo "${TOKAMAX_PYTHON_TORCH:-}" ;;
   esac
 }

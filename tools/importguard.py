@@ -12,6 +12,8 @@ import sys
 
 # What upstream tokamax drags in that the kernel must never need (DESIGN.md §1).
 DROPPED = ("pydantic", "jaxtyping", "absl", "flax", "qwix", "einshape", "xprof", "tokamax", "immutabledict")
+# What only upstream's test suite needs (requirements/upstream-suite.in), beyond DROPPED.
+TEST_ONLY = ("chex", "hypothesis", "flatbuffers")
 
 
 class BlockedImport(ImportError):

@@ -1,8 +1,9 @@
 """Run by test_minimal_envs in a venv holding only JAX: `python import_package.py PACKAGE_DIR`.
 
 Loads the kernel package under a name that is not `tokamax`, with upstream's dropped dependencies
-blocked, imports every kernel module, every public op (upstream's Op layer) and the JAX splash layer
-(`splash`, with upstream's lazy masks it builds), and prints what happened as JSON.
+and the upstream suite's test-only libraries blocked, imports every kernel module, every public op
+(upstream's Op layer) and the JAX splash layer (`splash`, with upstream's lazy masks it builds),
+and prints what happened as JSON.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tools import importguard  # noqa: E402
 
 
 def main(package_dir: Path) -> int:
-    importguard.install()
+    importguard.install(importguard.DROPPED + importguard.TEST_ONLY)
     spec = importlib.util.spec_from_file_location(
         "kernel_under_test", package_dir / "__init__.py", submodule_search_locations=[str(package_dir)]
     )
@@ -35,7 +36,7 @@ def main(package_dir: Path) -> int:
 
     print(json.dumps({"python": "{}.{}".format(*sys.version_info[:2]), "jax": jax.__version__, "imported": imported,
                       "public": public, "splash_mask": type(mask).__name__,
-                      "dropped_loaded": importguard.loaded()}))
+                      "dropped_loaded": importguard.loaded(importguard.DROPPED + importguard.TEST_ONLY)}))
     return 0
 
 

@@ -1,5 +1,5 @@
 """Every kernel module, public op and the JAX splash layer imports where only JAX is installed (3.12/jax
-0.12, 3.11/jax 0.10.2)."""
+0.12, 3.11/jax 0.10.2), and with the upstream suite's test-only libraries installed but blocked."""
 
 from __future__ import annotations
 
@@ -30,3 +30,18 @@ def test_every_kernel_module_imports_with_only_jax(tier, python, jax_prefix):
             "experimental.splash_attention", "experimental.tpu.SplashAttention"} <= set(report["public"])
     assert report["splash_mask"] == "LocalMask"
     assert report["dropped_loaded"] == []
+
+
+def test_kernel_imports_with_the_suite_test_libraries_blocked():
+    """The upstream-suite venv holds what upstream's tests import (absl, pydantic, jaxtyping, qwix,
+    chex, hypothesis, flax); the kernel loads there with every one of them blocked."""
+    exe = tier_python("upstream-suite")
+    freeze = subprocess.run([exe, "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
+    installed = {line.split("==")[0].lower().replace("_", "-") for line in freeze.split()}
+    assert {"absl-py", "pydantic", "jaxtyping", "qwix", "chex", "hypothesis", "flax"} <= installed
+    assert "tokamax" not in installed
+    result = subprocess.run([exe, str(REPO / "tests/port/import_package.py"), str(REPO / "torch-ext/tokamax")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert len(report["imported"]) == len(KERNEL_MODULES) and report["dropped_loaded"] == []

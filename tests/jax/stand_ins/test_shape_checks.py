@@ -53,6 +53,25 @@ def test_dtype_families_and_dimension_forms(get):
         assert fragment in str(info.value), str(info.value)
 
 
+def test_a_broadcast_variadic_run_takes_any_broadcast_compatible_shape(get):
+    """`*#B` as upstream's attention annotates its mask (`*#B #H #T #t` beside `q: *B T H D`):
+    jaxtyping takes a run numpy can broadcast with the bound one, of any length."""
+    checker = get("_compat.jaxtyping")
+    Array, Bool, Float = checker.Array, checker.Bool, checker.Float  # noqa: N806
+
+    @checker.jaxtyped
+    def attend(q: Float[Array, "*B T H D"], mask: Bool[Array, "*#B #H #T #t"]) -> None:  # noqa: F722
+        return None
+
+    q = jnp.zeros((2, 16, 4, 8))
+    for mask_shape in ((1, 16, 16), (1, 1, 1, 16), (2, 4, 16, 16), (1, 4, 1, 16)):
+        attend(q, jnp.zeros(mask_shape, bool))
+    for mask_shape, fragment in (((3, 1, 16, 16), "*B = (2,)"), ((2, 4, 8, 16), "T = 16")):
+        with pytest.raises(TypeError, match="attend: argument 'mask'") as info:
+            attend(q, jnp.zeros(mask_shape, bool))
+        assert fragment in str(info.value), str(info.value)
+
+
 def test_disable_jaxtyping_turns_the_checks_off(get):
     op = get("_src.ops.experimental.mla.base").MultiHeadLatentAttention()
     with get("_src.jaxtyping").disable_jaxtyping():

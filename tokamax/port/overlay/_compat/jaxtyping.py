@@ -9,8 +9,8 @@ in a union with other types or None, or inside a fixed tuple):
   Key (PRNG keys), and the single dtypes (UInt8, Int8, BFloat16, Float32, ...);
 - the dimensions: fixed sizes (`128`), named sizes (`M`: equal wherever the name appears in the
   call), broadcastable names (`#M`: 1 or the name's size), anonymous (`_`), arithmetic of names
-  (`H*K`), and one variadic run per annotation (`...`, `*batch`, `*#batch`: a named run equal
-  wherever it appears).
+  (`H*K`), and one variadic run per annotation (`...`, `*batch`: a named run equal wherever it
+  appears; `*#batch`: broadcast-compatible with it, in numpy's sense, as jaxtyping checks it).
 
 Values without a shape and dtype (scalars, other classes) are matched against the union's other
 members by `isinstance`, or pass when there are none that can be checked. Annotations of the real
@@ -126,10 +126,11 @@ class _Dims:
     def __init__(self) -> None:
         self.sizes: dict[str, Any] = {}
         self.where: dict[str, str] = {}
+        self.broadcast: dict[str, bool] = {}  # variadic runs: was the last binding `*#name`
 
     def copy(self) -> _Dims:
         other = _Dims()
-        other.sizes, other.where = dict(self.sizes), dict(self.where)
+        other.sizes, other.where, other.broadcast = dict(self.sizes), dict(self.where), dict(self.broadcast)
         return other
 
     def bind(self, name: str, size: Any, where: str) -> str | None:
@@ -184,17 +185,34 @@ def _shape_mismatch(shape: tuple[int, ...], dim_str: str, dims: _Dims, where: st
         if complaint is not None:
             return complaint
     if run is not None and run[0] != "...":
-        name = run[0].replace("*", "").replace("#", "")
-        if name and name not in dims.sizes:
-            dims.bind(name, run[1], where)
-        elif name:
-            bound = dims.sizes[name]
-            broadcast = "#" in run[0]
-            ok = bound == run[1] or (broadcast and len(bound) == len(run[1]) and
-                                     all(a == b or 1 in (a, b) for a, b in zip(bound, run[1], strict=True)))
-            if not ok:
-                return f"*{name} = {bound} (from {dims.where[name]})"
+        return _run_mismatch(run[0].replace("*", "").replace("#", ""), "#" in run[0], run[1], dims, where)
     return None
+
+
+def _run_mismatch(name: str, broadcast: bool, shape: tuple[int, ...], dims: _Dims, where: str) -> str | None:
+    """A named variadic run, as jaxtyping checks it: equal to the run bound before, or where
+    either binding is `*#name`, broadcast-compatible with it in numpy's sense (runs of other
+    lengths included); a broadcast binding then holds the broadcast shape."""
+    if not name:
+        return None
+    if name not in dims.sizes:
+        dims.bind(name, shape, where)
+        dims.broadcast[name] = broadcast
+        return None
+    bound, bound_broadcast = dims.sizes[name], dims.broadcast.get(name, False)
+    complaint = f"*{name} = {bound} (from {dims.where[name]})"
+    if not (broadcast or bound_broadcast):
+        return None if shape == bound else complaint
+    try:
+        merged = tuple(np.broadcast_shapes(shape, bound))
+    except ValueError:
+        return complaint
+    if bound_broadcast:
+        if not broadcast and merged != shape:
+            return complaint
+        dims.sizes[name], dims.broadcast[name] = merged, broadcast
+        return None
+    return None if merged == bound else complaint
 
 
 def _dtype_of(value: Any) -> str:
