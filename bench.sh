@@ -5,4 +5,4 @@ source "$(dirname "$0")/scripts/env.sh"
 cd "$REPO"
 python=$(ensure_venv jax-tier)
 "$python" -m tools.bundle > /dev/null
-exec "$python" benchmarks/run.py "$@"
+exec "$python" tools/bench/run.py "$@"

@@ -93,5 +93,11 @@
       inherit self;
       # A path value (lib.fileset takes nothing else): evaluation builds kernelSource first (IFD).
       path = import ./nix/path-of-output.nix kernelSource;
+      # kernel-builder's version set, with its TPU build set made a bundle build: upstream marks it
+      # `bundleBuild = false` only because its patched torch_tpu output cannot go into the public
+      # build cache. A maintainer with the gated torch_tpu wheel in the store builds it locally, so
+      # `.#bundle` holds torch-tpu (the only backend build.toml names). Every other entry is as is.
+      torchVersions =
+        versions: map (version: if version.tpu or false then version // { bundleBuild = true; } else version) versions;
     };
 }

@@ -6,10 +6,19 @@
 #   torch-tier: 3.11, requirements/torch-tier.txt  TOKAMAX_PYTHON_TORCH=/path/to/python3.11
 #   upstream:   3.12, requirements/upstream.txt    TOKAMAX_PYTHON_JAX (tokamax 0.0.17 for comparisons)
 #   upstream-suite: 3.12, requirements/upstream-suite.txt  (upstream's test suite against the port)
+#   jax-tier-py313: 3.13, requirements/jax-tier-py313.txt  TOKAMAX_PYTHON_PY313 (kernel-builder's TPU Python)
 #   jax-only:        3.12, jax 0.12 alone   (the "nothing beyond JAX" import checks)
 #   jax-only-py311:  3.11, jax 0.10.2 alone
 
 set -euo pipefail
+
+# On a host without TPU chips, torch-tpu's libtpu still starts its PJRT client the first time torch
+# asks for the device count (e.g. autograd's first backward) and queries the GCP metadata server for
+# the TPU topology; where something answers at that address but is no metadata server, it retries
+# for minutes. No TPU here means no topology to ask for.
+if ! ls /dev/accel* /dev/vfio/[0-9]* >/dev/null 2>&1; then
+  export TPU_SKIP_MDS_QUERY="${TPU_SKIP_MDS_QUERY:-1}"
+fi
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENVS="${TOKAMAX_VENVS:-$REPO/.venv}"
 
@@ -17,6 +26,7 @@ _tier_python_version() {
   case "$1" in
     jax-tier|upstream|upstream-suite|jax-only) echo 3.12 ;;
     torch-tier|jax-only-py311) echo 3.11 ;;
+    jax-tier-py313) echo 3.13 ;;
     *) echo "env.sh: unknown tier $1" >&2; return 2 ;;
   esac
 }
@@ -25,6 +35,15 @@ _tier_override() {
   case "$1" in
     jax-tier|upstream|upstream-suite|jax-only) echo "${TOKAMAX_PYTHON_JAX:-}" ;;
     torch-tier|jax-only-py311) echo "${TOKAMAX_PYTHON_TORCH:-}" ;;
+    jax-tier-py313) echo "${TOKAMAX_PYTHON_PY313:-}" ;;
+  esac
+}
+
+_tier_override_name() {
+  case "$1" in
+    torch-tier|jax-only-py311) echo TOKAMAX_PYTHON_TORCH ;;
+    jax-tier-py313) echo TOKAMAX_PYTHON_PY313 ;;
+    *) echo TOKAMAX_PYTHON_JAX ;;
   esac
 }
 
@@ -54,7 +73,7 @@ find_python() {
     done
   fi
   echo "env.sh: no Python $want found for the $tier tier (looked on PATH for python$want and python3, then in pyenv)." >&2
-  echo "        Install Python $want, or point $( [ "$want" = 3.11 ] && echo TOKAMAX_PYTHON_TORCH || echo TOKAMAX_PYTHON_JAX) at one." >&2
+  echo "        Install Python $want, or point $(_tier_override_name "$tier") at one." >&2
   return 1
 }
 

@@ -28,6 +28,8 @@ pytestmark = pytest.mark.kernels_ci
 
 STAND_IN = REPO / "tests/bundle/nix/kernel_builder_stand_in.nix"
 PATH_LINE = "path = import ./nix/path-of-output.nix kernelSource;"
+OVERRIDE = ("      torchVersions =\n        versions: map (version: if version.tpu or false then version // "
+            "{ bundleBuild = true; } else version) versions;\n")
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +78,40 @@ def test_flake_hands_kernel_builder_a_path_value_it_accepts(built_tree):
     assert any(p.startswith("torch-ext/tokamax/_ported/LICENSES/") for p in variant["sourceFiles"])
 
 
-def test_the_bundle_would_not_ship_benchmarks(built_tree):
+def test_the_bundle_ships_the_kernels_benchmark_files(built_tree):
     result = _evaluate(REPO, built_tree, "bundle.shipsBenchmarks")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) is False
+    assert json.loads(result.stdout) is True
+
+
+def test_the_bundle_holds_the_tpu_variant_and_redistributable_is_unchanged(built_tree):
+    result = _evaluate(REPO, built_tree, "bundle.variants")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == ["torch-tpu"]
+    result = _evaluate(REPO, built_tree, "redistributable")
+    assert result.returncode == 0, result.stderr
+    redistributable = json.loads(result.stdout)
+    assert list(redistributable) == ["torch-tpu"]  # build.toml names tpu only: no CPU or CUDA set applies
+    assert redistributable["torch-tpu"]["torchVersion"] == "2.11" and redistributable["torch-tpu"]["bundleBuild"]
+
+
+def test_a_flake_without_the_override_bundles_nothing(built_tree, tmp_path):
+    flake = (REPO / "flake.nix").read_text()
+    assert flake.count(OVERRIDE) == 1
+    without = _flake_copy(tmp_path, flake.replace(OVERRIDE, ""))
+    result = _evaluate(without, built_tree, "bundle.variants")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []  # kernel-builder's TPU set is not a bundle build
+    result = _evaluate(without, built_tree, "redistributable.torch-tpu.bundleBuild")
+    assert result.returncode == 0 and json.loads(result.stdout) is False, result.stderr
+
+
+def test_torch_versions_that_is_not_a_function_is_refused(built_tree, tmp_path):
+    flake = (REPO / "flake.nix").read_text()
+    wrong = _flake_copy(tmp_path, flake.replace(OVERRIDE, "      torchVersions = [ ];\n"))
+    result = _evaluate(wrong, built_tree, "bundle.variants")
+    assert result.returncode != 0
+    assert "`torchVersions` must be a function taking one argument" in result.stderr
 
 
 def test_a_flake_passing_the_port_derivation_as_path_is_refused(built_tree, tmp_path):

@@ -51,8 +51,15 @@ def test_the_source_holds_nothing_kernel_builder_generates(tree):
     assert clashes == [], f"kernel-builder create-pyproject refuses to overwrite {clashes}"
 
 
-def test_no_benchmarks_and_only_the_tools_free_tests_reach_kernel_builder(tree):
-    assert not [p for p in tree if p.startswith("benchmarks/")], "the bundle would ship our benchmark harness"
+def test_the_kernels_benchmark_files_and_only_the_tools_free_tests_reach_kernel_builder(tree):
+    shipped = sorted(p for p in tree if p.startswith("benchmarks/"))
+    assert shipped == sorted(f"benchmarks/{p.name}" for p in (REPO / "benchmarks").glob("*.py"))
+    assert {"benchmarks/benchmark_grouped_matmul.py", "benchmarks/benchmark_attention.py",
+            "benchmarks/benchmark_lm_loss.py"} <= set(shipped)
+    assert not [p for p in tree if p.startswith("tools/")], "the harness (tools/bench) must not ship"
+    local = read_tree(REPO / "build/benchmarks")
+    assert {f"benchmarks/{rel}": data for rel, data in local.items()} == {p: tree[p] for p in shipped}, \
+        "build/benchmarks and the Nix source's benchmarks/ differ"
     tests = [p for p in tree if p.startswith("tests/")]
     assert tests and all(p.startswith(f"{CI_TESTS}/") for p in tests)
     for path in tests:

@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 
 from ..porter.__main__ import main as port_main
+from ..porter.tree import write_tree
 from .layout import lay_out
+from .source_tree import benchmark_files
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bundle: error: {e}", file=sys.stderr)
         return 1
     shutil.copyfile(REPO / "CARD.md", args.out / "CARD.md")
+    write_tree(benchmark_files(REPO), args.out / "benchmarks")  # beside the variant, as kernel-builder's bundle
     import_check(variant)
     print(f"bundle: built {variant} in {time.perf_counter() - start:.1f} s")
     return 0

@@ -4,8 +4,9 @@ flake.nix runs this inside its port derivation, right after the port, and gives 
 the result. The tree holds what kernel-builder reads and nothing else of this repository:
 `build.toml`, `CARD.md`, `kernels.lock`, the package under `torch-ext/` with the ported tree
 just generated, and the tests kernel-builder's `ci-test` runs (`tests/kernel`: they need only the
-built kernel, never `tools/`). No `benchmarks/`: kernel-builder would ship it in the bundle, where
-`kernels benchmark` looks for benchmark scripts, and ours are a local harness.
+built kernel, never `tools/`), and `benchmarks/`, which kernel-builder ships in the bundle beside
+the variants, where `kernels benchmark` runs its `benchmark*.py` (the local measurement harness
+lives in tools/bench/ and never reaches a build).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..porter.tree import read_tree
 
 ROOT_FILES = ("build.toml", "CARD.md", "kernels.lock")
 CI_TESTS = "tests/kernel"
+BENCHMARKS = "benchmarks"
 
 
 def source_tree(repo: Path) -> dict[str, bytes]:
@@ -29,7 +31,13 @@ def source_tree(repo: Path) -> dict[str, bytes]:
     files = {rel: (repo / rel).read_bytes() for rel in ROOT_FILES}
     files.update({f"torch-ext/{name}/{rel}": data for rel, data in read_tree(package).items()})
     files.update({f"{CI_TESTS}/{rel}": data for rel, data in read_tree(repo / CI_TESTS).items()})
+    files.update({f"{BENCHMARKS}/{rel}": data for rel, data in benchmark_files(repo).items()})
     return files
+
+
+def benchmark_files(repo: Path) -> dict[str, bytes]:
+    """`benchmarks/` as kernel-builder ships it: the `kernels benchmark` files and their helper."""
+    return {rel: data for rel, data in read_tree(repo / BENCHMARKS).items() if rel.endswith(".py") and "/" not in rel}
 
 
 def write(files: dict[str, bytes], out: Path) -> None:

@@ -14,6 +14,16 @@
 # torch-ext/ and tests/ whose name ends in a `pyext` extension, plus build.toml) and whether the
 # bundle would ship `benchmarks/` (nix-builder/lib/build.nix, mkExtensionBundle).
 #
+# Build sets are made as kernel-builder makes them (flake.nix `genKernelFlakeOutputs`,
+# nix-builder/lib/build-sets.nix, build.nix `filterApplicableBuildSets`, variants/torch.nix):
+#   - the version set is `torchVersions defaultVersions`; `torchVersions` must be a function
+#     (kernel-builder aborts with its message otherwise); `defaultVersions` is the part of
+#     nix-builder/versions.nix a TPU kernel meets: its TPU entry keeps `bundleBuild = false`
+#   - one build set per version and system; those of x86_64-linux whose backend build.toml lists
+#     apply; a noarch kernel's variant is `torch-<backend>`
+#   - `redistributable` holds every applicable set; `bundle` (mkExtensionBundle, bundleOnly) only
+#     those with `bundleBuild`: the stand-in's `bundle.variants` lists them.
+#
 # nixpkgs is faked as far as flake.nix uses it. `runCommand` stands for the port build, which a
 # real evaluation runs as import from derivation and which needs the network (fetchPypi): it
 # returns `builtTree`, a directory holding what that build writes (the test writes it with
@@ -81,6 +91,51 @@ let
       ) (builtins.attrNames (builtins.readDir dir))
     );
 
+  # nix-builder/versions.nix as far as a TPU kernel on x86_64-linux meets it (snapshot 8ac69fc5).
+  defaultVersions = [
+    {
+      torchVersion = "2.11";
+      cpu = true;
+      systems = [ "x86_64-linux" ];
+      bundleBuild = false;
+    }
+    {
+      torchVersion = "2.11";
+      tpu = true;
+      systems = [ "x86_64-linux" ];
+      bundleBuild = false; # kernel-builder: torch_tpu's patched output cannot go into the shared cache
+    }
+    {
+      torchVersion = "2.12";
+      cpu = true;
+      systems = [
+        "aarch64-darwin"
+        "x86_64-linux"
+        "aarch64-linux"
+      ];
+      bundleBuild = true;
+    }
+    {
+      torchVersion = "2.12";
+      cudaVersion = "12.6";
+      systems = [
+        "x86_64-linux"
+        "aarch64-linux"
+      ];
+      bundleBuild = true;
+    }
+  ];
+  backendOf =
+    version:
+    if version.cpu or false then
+      "cpu"
+    else if version ? cudaVersion then
+      "cuda"
+    else if version.tpu or false then
+      "tpu"
+    else
+      throw "No compute framework set in Torch version";
+
   genKernelFlakeOutputs =
     {
       path,
@@ -89,8 +144,11 @@ let
       doGetKernelCheck ? true,
       pythonCheckInputs ? _: [ ],
       pythonNativeCheckInputs ? _: [ ],
-      torchVersions ? null,
+      torchVersions ? _: defaultVersions,
     }:
+    assert
+      (builtins.isFunction torchVersions)
+      || abort "`torchVersions` must be a function taking one argument (the default version set)";
     let
       flakeRev =
         if self == null then
@@ -149,15 +207,39 @@ let
       ++ selectedUnder (root + "/tests") "tests/";
 
       checked = builtins.seq flakeRev (builtins.seq config (builtins.seq layoutChecked true));
-    in
-    {
-      packages.x86_64-linux = {
-        redistributable.torch-tpu = {
+
+      buildSets = builtins.concatMap (
+        version:
+        map (system: {
+          buildConfig = version // {
+            inherit system;
+            backend = backendOf version;
+          };
+          bundleBuild = version.bundleBuild or false;
+        }) version.systems
+      ) (torchVersions defaultVersions);
+      applicable = builtins.filter (
+        set: set.buildConfig.system == "x86_64-linux" && builtins.elem set.buildConfig.backend config.general.backends
+      ) buildSets;
+      variantOf = set: "torch-${set.buildConfig.backend}";
+      variant = set: {
+        name = variantOf set;
+        value = {
           inherit checked flakeRev sourceFiles;
+          inherit (set) bundleBuild;
+          inherit (set.buildConfig) torchVersion;
           pathIsPathValue = builtins.isPath path;
           moduleName = layoutChecked;
         };
-        bundle.shipsBenchmarks = builtins.seq checked (builtins.pathExists (root + "/benchmarks"));
+      };
+    in
+    {
+      packages.x86_64-linux = {
+        redistributable = builtins.listToAttrs (map variant applicable);
+        bundle = {
+          variants = builtins.seq checked (map variantOf (builtins.filter (set: set.bundleBuild) applicable));
+          shipsBenchmarks = builtins.seq checked (builtins.pathExists (root + "/benchmarks"));
+        };
       };
     };
 in

@@ -2,7 +2,7 @@
 
 Warm: the artifact cache is already filled (the usual case). Cold: an empty cache, so pip
 fetches all four artifacts first (needs the network).
-    python benchmarks/bench_port.py [--runs 7] [--cold-runs 1] [--json out.json]
+    python -m tools.bench.bench_port [--runs 7] [--cold-runs 1] [--json out.json]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def time_port(cache: Path, out: Path) -> float:

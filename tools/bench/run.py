@@ -22,12 +22,12 @@ import xml.etree.ElementTree as ET
 from importlib import metadata
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import bench_port  # noqa: E402
+from tools.bench import bench_port  # noqa: E402
 
-PROBES = REPO / "benchmarks/probes"
+PROBES = REPO / "tools/bench/probes"
 VARIANT = REPO / "build/torch-tpu"
 
 

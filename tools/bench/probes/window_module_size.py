@@ -16,7 +16,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LENGTHS = (1024, 4096, 8192)
 HEADS, KV_HEADS, DIM, WINDOW = 8, 2, 128, 128
 
