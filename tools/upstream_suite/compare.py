@@ -99,12 +99,15 @@ def compare(upstream: SideRun, port: SideRun, deviations: list[Deviation]) -> Co
 
 
 def evidence(upstream: SideRun, port: SideRun, groups: dict[str, tuple[str, ...]]) -> list[str]:
-    """Per named fix: how many of its upstream cases ran, and how many pass on both sides."""
+    """Per named fix: of its cases upstream passes here, how many the port passes (and how many more
+    of its cases upstream itself skips or fails on this host)."""
     lines = []
     for name, patterns in groups.items():
         ids = [i for i in upstream.outcomes if any(fnmatch.fnmatchcase(i, p) for p in patterns)]
-        both = [i for i in ids if upstream.outcomes[i][0] == "passed" and port.outcomes.get(i, ("",))[0] == "passed"]
-        lines.append(f"  fix, {name}: {len(both)} of {len(ids)} upstream cases pass on both sides")
+        passing = [i for i in ids if upstream.outcomes[i][0] == "passed"]
+        both = [i for i in passing if port.outcomes.get(i, ("",))[0] == "passed"]
+        lines.append(f"  fix, {name}: the port passes {len(both)} of the {len(passing)} cases upstream passes "
+                     f"here ({len(ids) - len(passing)} more skip or fail on upstream)")
     return lines
 
 
