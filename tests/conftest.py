@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from tools import venvs  # noqa: E402
 from tools.porter import artifacts  # noqa: E402
 from tools.porter.recipe import load_recipe  # noqa: E402
 
@@ -46,7 +46,7 @@ def artifact_paths() -> dict[str, Path]:
 
 def tier_python(tier: str) -> str:
     """The python of another tier's venv (scripts/env.sh sets it up on first use)."""
-    result = subprocess.run(["bash", "-c", f'source "{REPO}/scripts/env.sh" && ensure_venv {tier}'],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, f"could not set up the {tier} venv:\n{result.stderr}"
-    return result.stdout.strip().splitlines()[-1]
+    try:
+        return venvs.tier_python(tier)
+    except venvs.VenvError as e:
+        pytest.fail(str(e))

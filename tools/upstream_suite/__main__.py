@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
+from .. import venvs
 from . import sdist
 from .compare import compare, evidence, load_deviations, render
 from .run import run_side
 from .sites import SuiteError, build_port_site, build_upstream_site, installed_package, load_selection
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _venv_python(tier: str) -> str:
-    """The python of a tier's venv, set up by scripts/env.sh as ./test.sh does."""
-    result = subprocess.run(["bash", "-c", f'source "{REPO}/scripts/env.sh" && ensure_venv {tier}'],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SuiteError(f"could not set up the {tier} venv:\n{result.stderr.strip()}")
-    return result.stdout.strip().splitlines()[-1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         upstream_files = sdist.upstream_package()
         selection = load_selection(upstream_files, everything=args.all)
         deviations = load_deviations()
-        upstream_python = args.upstream_python or _venv_python("upstream")
-        port_python = args.port_python or _venv_python("upstream-suite")
+        upstream_python = args.upstream_python or venvs.tier_python("upstream")
+        port_python = args.port_python or venvs.tier_python("upstream-suite")
         ini = sdist.pytest_ini()
         port_site = build_port_site(args.variant / "_ported", upstream_files, selection, args.work / "port-site", ini)
         upstream_site = build_upstream_site(installed_package(upstream_python), upstream_files, selection,
@@ -50,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
               f"tokamax {sdist.version()} against {args.variant / '_ported'}", flush=True)
         upstream = run_side("upstream", upstream_python, upstream_site, selection, args.work / "results")
         port = run_side("port", port_python, port_site, selection, args.work / "results")
-    except SuiteError as e:
+    except (SuiteError, venvs.VenvError) as e:
         print(f"upstream suite: {e}", file=sys.stderr)
         return 2
     result = compare(upstream, port, deviations)
