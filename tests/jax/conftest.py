@@ -62,9 +62,10 @@ def our_bodies(our_lowering):
     return lambda case, chip: mosaic_bodies(our_lowering(case, chip))
 
 
-def upstream_report(script: str, out: Path) -> dict:
-    """Runs `script` (a path below the repo) in the upstream venv (tokamax 0.0.17), which writes its
-    JSON report to `out`; returns the report, checked to come from the same jax as this tier."""
+def upstream_report(script: str, out: Path, *inputs: Path) -> dict:
+    """Runs `script` (a path below the repo) in the upstream venv (tokamax 0.0.17) as `script
+    INPUTS... OUT`; it writes its JSON report to `out`. Returns the report, checked to come from the
+    same jax as this tier."""
     import json
     import subprocess
 
@@ -72,7 +73,8 @@ def upstream_report(script: str, out: Path) -> dict:
 
     from tests.conftest import REPO, tier_python
 
-    result = subprocess.run([tier_python("upstream"), str(REPO / script), str(out)], capture_output=True, text=True)
+    result = subprocess.run([tier_python("upstream"), str(REPO / script), *map(str, inputs), str(out)],
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(out.read_text())
     assert report["jax"] == jax.__version__, "both sides must lower with the same jax"

@@ -1,9 +1,11 @@
 """Run by test_minimal_envs in a venv holding only JAX: `python import_package.py PACKAGE_DIR`.
 
 Loads the kernel package under a name that is not `tokamax`, with upstream's dropped dependencies
-and the upstream suite's test-only libraries blocked, imports every kernel module, every public op
-(upstream's Op layer) and the JAX splash layer (`splash`, with upstream's lazy masks it builds),
-and prints what happened as JSON.
+and the upstream suite's test-only libraries blocked (and tqdm, the progress bar's optional one),
+imports every kernel module, every public op (upstream's Op layer) and the JAX splash layer
+(`splash`, with upstream's lazy masks it builds), autotunes a small ragged dot in interpret mode
+(progress bar asked for, so its absence is what runs) and reads the result back through
+`tuning`, and prints what happened as JSON.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from tools import importguard  # noqa: E402
 
 
 def main(package_dir: Path) -> int:
-    importguard.install(importguard.DROPPED + importguard.TEST_ONLY)
+    blocked = importguard.DROPPED + importguard.TEST_ONLY + ("tqdm",)
+    importguard.install(blocked)
     spec = importlib.util.spec_from_file_location(
         "kernel_under_test", package_dir / "__init__.py", submodule_search_locations=[str(package_dir)]
     )
@@ -33,10 +36,19 @@ def main(package_dir: Path) -> int:
         public += [prefix + name for name in namespace.__all__ if getattr(namespace, name) is not None]
     mask = module.splash.MaskSpec.of(True, (127, 0)).lazy((256, 256), 0)
     import jax
+    import jax.numpy as jnp
+
+    emulation, lhs, rhs = module.emulation, jnp.ones((128, 128), jnp.bfloat16), jnp.ones((2, 128, 128), jnp.bfloat16)
+    with module.ops.config.cross_compile(True), emulation.interpret_on_cpu("v6e"), \
+            jax.sharding.use_abstract_mesh(emulation.tpu_mesh("v6e")):
+        result = module.ops.autotune(lambda a, b, g: module.ops.ragged_dot(a, b, g), lhs, rhs,
+                                     jnp.asarray([64, 64], jnp.int32), progress_bar=True)
+    read_back = module.tuning.files.parse(result.dumps(prune_errors=True), "<autotuned here>")
 
     print(json.dumps({"python": "{}.{}".format(*sys.version_info[:2]), "jax": jax.__version__, "imported": imported,
                       "public": public, "splash_mask": type(mask).__name__,
-                      "dropped_loaded": importguard.loaded(importguard.DROPPED + importguard.TEST_ONLY)}))
+                      "autotuned": [len(data) for _, data in read_back.data], "device_kind": read_back.device_kind,
+                      "dropped_loaded": importguard.loaded(blocked)}))
     return 0
 
 

@@ -1,5 +1,6 @@
-"""Every kernel module, public op and the JAX splash layer imports where only JAX is installed (3.12/jax
-0.12, 3.11/jax 0.10.2), and with the upstream suite's test-only libraries installed but blocked."""
+"""Every kernel module, public op and the JAX splash layer imports, and autotuning runs, where only JAX
+is installed (3.12/jax 0.12, 3.11/jax 0.10.2), and with the upstream suite's test-only libraries
+installed but blocked."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def test_every_kernel_module_imports_with_only_jax(tier, python, jax_prefix):
     assert {"ragged_dot", "ragged_dot_general", "config", "tpu.RaggedDot", "tpu.V2RaggedDot",
             "experimental.splash_attention", "experimental.tpu.SplashAttention"} <= set(report["public"])
     assert report["splash_mask"] == "LocalMask"
+    assert report["autotuned"] == [3] and report["device_kind"] == "TPU v6 lite"  # its 3 candidates, no tqdm
     assert report["dropped_loaded"] == []
 
 
@@ -45,3 +47,4 @@ def test_kernel_imports_with_the_suite_test_libraries_blocked():
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert len(report["imported"]) == len(KERNEL_MODULES) and report["dropped_loaded"] == []
+    assert report["autotuned"] == [3]

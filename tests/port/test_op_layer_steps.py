@@ -59,10 +59,22 @@ def test_compact_table_keeps_the_fastest_median_first_on_ties_and_empty_entries(
              key_b: {}}
     out = json.loads(tables.compact(json.dumps(table).encode()))
     assert out["format"] == tables.FORMAT
-    assert out["entries"] == [[{"x": "bf16[8]"}, {"tile": 2}], [{"x": "f32[8]"}, None]]
+    assert out["entries"] == [[{"x": "bf16[8]"}, {"tile": 2}, {"evaluation_times_ms": [2.0, 2.0, 2.0]}],
+                              [{"x": "f32[8]"}, None, None]]
 
 
 @pytest.mark.kernels_ci
 def test_compact_table_refuses_what_is_not_a_table():
     with pytest.raises(KeyError):
         tables.compact(json.dumps({"{}": {"{}": {"times": [1]}}}).encode())
+
+
+@pytest.mark.kernels_ci
+def test_a_generic_type_alias_loses_its_parameters_and_declares_them():
+    """`type Ret[T] = ...` (upstream's benchmarking) becomes a plain alias with T a module TypeVar."""
+    text = b"import typing\ntype Ret[T] = T | tuple[T, int]\n"
+    out, changed = strip_type_params(text, "m.py")
+    assert changed and b"Ret = T | tuple[T, int]" in out and b'T = _typing_pep695.TypeVar("T")' in out
+    namespace: dict = {}
+    exec(compile(out, "m.py", "exec"), namespace)  # noqa: S102 - our own rewritten snippet
+    assert namespace["Ret"].__args__[0] is namespace["T"]  # a real alias over the declared TypeVar

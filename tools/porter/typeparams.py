@@ -117,7 +117,17 @@ def strip_type_params(text: bytes, path: str) -> tuple[bytes, int]:
         if isinstance(node, ast.TypeAlias):
             begin = pos(node.lineno, node.col_offset)
             name_end = pos(node.name.end_lineno, node.name.end_col_offset)  # type: ignore[arg-type]
-            edits.append((begin, name_end, node.name.id.encode()))  # `type X` -> `X`
+            end = name_end
+            for p in node.type_params:  # `type X[T] = Y` -> `X = Y`, T declared as for a class
+                name, decl = _param_decl(p)
+                if name not in declared:
+                    if name in top_names:
+                        raise PortError(f"{path}:{node.lineno}: type parameter `{name}` shadows a module-level name")
+                    if decls.setdefault(name, decl) != decl:
+                        raise PortError(f"{path}:{node.lineno}: type parameter `{name}` is declared with two kinds")
+            if node.type_params:
+                end = _bracket_span(text, name_end, path, node.lineno)[1]
+            edits.append((begin, end, node.name.id.encode()))  # `type X` -> `X`
             continue
         params = getattr(node, "type_params", None)
         if not params or not isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -51,9 +51,9 @@ KERNEL_MODULES = (
 
 # Our modules, also loaded on first use: running the kernels on a CPU host (emulation.py), the
 # public ops with upstream's config choice (ops/), splash attention at any length and batch
-# (splash/), the linear softmax cross-entropy at any size (lm_loss/), and the Torch ops
-# (torch_ops/, which needs torch and torch-tpu).
-HELPER_MODULES = ("emulation", "integrations", "layers", "lm_loss", "ops", "splash", "torch_ops")
+# (splash/), the linear softmax cross-entropy at any size (lm_loss/), autotuning result files applied
+# to JAX calls and Torch ops (tuning/), and the Torch ops (torch_ops/, which needs torch and torch-tpu).
+HELPER_MODULES = ("emulation", "integrations", "layers", "lm_loss", "ops", "splash", "torch_ops", "tuning")
 
 # transformers' entry points (need torch, torch-tpu and transformers): the attention function that
 # `attn_implementation="kernels-community/tokamax:attention"` loads, the experts registration, and

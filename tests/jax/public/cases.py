@@ -54,7 +54,7 @@ class Table:
         """The first `limit` keys (table order) with a tuned config that `plain` accepts; none off-chip."""
         if chip not in self.chips():
             return []
-        return [key for key, config in self.entries(chip) if config is not None and plain(key)][:limit]
+        return [key for key, config, _ in self.entries(chip) if config is not None and plain(key)][:limit]
 
 
 def dims(shape: str) -> list[int]:

@@ -67,7 +67,7 @@ def test_on_a_torch_tpu_host_the_ops_take_the_attached_chips_table(ops, monkeypa
         assert bridge.attached_chip() == {"TPU v5e": "v5e", "TPU v6e": "v6e"}[device_name]
         specs = (jax.ShapeDtypeStruct((8192, 4096), jnp.bfloat16),
                  jax.ShapeDtypeStruct((8, 4096, 14336), jnp.bfloat16), jax.ShapeDtypeStruct((8,), jnp.int32))
-        fn = jax.jit(lambda a, b, g: ops.families["ragged_dot"]._gmm_jax(a, b, g, False))
+        fn = jax.jit(lambda a, b, g: ops.families["ragged_dot"]._gmm_jax(a, b, g, False, ""))
         with jax._src.config.export_ignore_forward_compatibility(True):  # as torch-tpu's jax_op exports
             text = jax.export.export(fn, platforms=["tpu"], disabled_checks=[
                 jax.export.DisabledSafetyCheck.custom_call("ALL")])(*specs).mlir_module()

@@ -27,9 +27,10 @@ def test_fakes_match_jax_shapes(ops, transpose_rhs):
     f = checks.family(ops, "ragged_dot")
     lhs, rhs = torch.zeros(200, 128), torch.zeros(3, 256, 128) if transpose_rhs else torch.zeros(3, 128, 256)
     sizes = torch.zeros(3, dtype=torch.int32)
-    checks.fake_matches_jax(ops, ops.gmm_op, f._gmm_jax, lhs, rhs, sizes, transpose_rhs)
-    checks.fake_matches_jax(ops, ops.gmm_bwd_op, f._gmm_bwd_jax, lhs, rhs, sizes, torch.zeros(200, 256), transpose_rhs)
-    checks.fake_matches_jax(ops, ops.tgmm_op, f._tgmm_jax, lhs, torch.zeros(200, 64), sizes)
+    checks.fake_matches_jax(ops, ops.gmm_op, f._gmm_jax, lhs, rhs, sizes, transpose_rhs, "")
+    checks.fake_matches_jax(ops, ops.gmm_bwd_op, f._gmm_bwd_jax, lhs, rhs, sizes, torch.zeros(200, 256), transpose_rhs,
+                            "")
+    checks.fake_matches_jax(ops, ops.tgmm_op, f._tgmm_jax, lhs, torch.zeros(200, 64), sizes, "")
 
 
 @pytest.mark.kernels_ci
@@ -47,7 +48,7 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
 def test_runs_upstreams_public_op(ops):
     f = checks.family(ops, "ragged_dot")
     args = (torch.zeros(256, 128, dtype=torch.bfloat16), torch.zeros(2, 128, 256, dtype=torch.bfloat16),
-            torch.zeros(2, dtype=torch.int32), False)
+            torch.zeros(2, dtype=torch.int32), False, "")
     assert checks.public_op_classes(ops, f._gmm_jax, *args) == {"PallasMosaicTpuRaggedDot"}
 
 
@@ -119,7 +120,8 @@ def test_the_torch_op_runs_upstreams_tuned_config(ops, tokamax):
     emulation = tokamax.emulation
     with tokamax.ops.config.cross_compile(True), emulation.emulated_chip("v6e"), \
             jax.sharding.use_abstract_mesh(emulation.tpu_mesh("v6e")):
-        text = jax.jit(functools.partial(ops.families["ragged_dot"]._gmm_jax, transpose_rhs=False)).trace(*specs).lower(
+        gmm = functools.partial(ops.families["ragged_dot"]._gmm_jax, transpose_rhs=False, autotuning="")
+        text = jax.jit(gmm).trace(*specs).lower(
             lowering_platforms=("tpu",)).as_text()
     assert text.count("tpu_custom_call") == 1
     assert r"\22tile_m\22:512,\22tile_k\22:4096,\22tile_n\22:1024" in text

@@ -6,7 +6,11 @@ config comes from the caller, else upstream's autotuning table for this chip and
 arguments, else upstream's heuristics, else defaults; `jax.grad` runs upstream's VJP.
 The Op classes and their configs are in `ops.tpu` (`ops.tpu.RaggedDot`, ...), experimental
 ops in `ops.experimental` (`ops.experimental.splash_attention`, `ops.experimental.tpu`), and
-the options (`cross_compile`, ...) in `ops.config`. Names load on first use. Upstream's
+the options (`cross_compile`, ...) in `ops.config`. Autotuning is upstream's: `ops.autotune(f, *args)`
+returns an `ops.AutotuningResult` (`with result:` steers the calls inside, `dumps` / `loads` keep it),
+`ops.autotuning` has `get_bound_args` and the bound-argument JSON helpers, `ops.benchmark` times a
+function (wall-clock; XProf and CUPTI timing need what this kernel does not ship). Names load on first
+use. Upstream's
 GPU- and XLA-only ops (`gated_linear_unit`, `layer_norm`, `triangle_multiplication`, `ops.gpu`)
 are not part of this TPU kernel.
 """
@@ -45,6 +49,16 @@ _NAMES = {
     "RaggedDotGroupSizes": (f"{_OPS}.ragged_dot.base", "GroupSizes"),
     "generate_ragged_dot_group_sizes": (f"{_OPS}.ragged_dot.base", "generate_group_sizes"),
     "config": ("._ported._src.config", ""),
+    # autotuning and benchmarking (upstream's modules; loaded on first use of these names)
+    "autotune": ("._ported._src.autotuning.api", "autotune"),
+    "AutotuningResult": ("._ported._src.autotuning.api", "AutotuningResult"),
+    "benchmark": ("._ported._src.benchmarking", "benchmark"),
+    "BenchmarkData": ("._ported._src.benchmarking", "BenchmarkData"),
+    "standardize_function": ("._ported._src.benchmarking", "standardize_function"),
+    "BoundArguments": ("._ported._src.ops.op", "BoundArguments"),
+    "Op": ("._ported._src.ops.op", "Op"),
+    "autotuning": ("._ported.autotuning", ""),
+    "benchmarking": ("._ported.benchmarking", ""),
     "tpu": (".ops.tpu", ""),
     "experimental": (".ops.experimental", ""),
 }

@@ -4,6 +4,10 @@ upstream's VJP), and `gmm_v2` / `tgmm_v2` on the v2 kernels (TPU only).
 
 Upstream's own Torch `ragged_dot` wraps the v2 Op; ours runs the public `ragged_dot`, as a JAX user's
 call does, which runs on CPU tensors too (the v2 kernels do not run in JAX's interpreter).
+
+An autotuning result applied with `tokamax.tuning` (a `use` block, or `TOKAMAX_AUTOTUNING_RESULT`)
+reaches the public op's config choice: each custom op takes the result's token as a static argument
+(`autotuning`, "" for none), so torch-tpu exports once per result, and traces under that result.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Any
 import jax
 import torch
 
-from .. import ops
+from .. import ops, tuning
 from .._ported import gmm_v2 as _gmm_v2
 from . import _checks
 from ._bridge import chip_for_tracing, register
@@ -35,20 +39,24 @@ def _gmm_public(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, transpos
 
 
 @chip_for_tracing()
-def _gmm_jax(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, transpose_rhs: bool) -> jax.Array:
-    return _gmm_public(lhs, rhs, group_sizes, transpose_rhs)
+def _gmm_jax(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, transpose_rhs: bool, autotuning: str
+             ) -> jax.Array:
+    with tuning.applied(autotuning, "gmm"):
+        return _gmm_public(lhs, rhs, group_sizes, transpose_rhs)
 
 
 @chip_for_tracing()
-def _gmm_bwd_jax(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, grad: jax.Array, transpose_rhs: bool
-                 ) -> tuple[jax.Array, jax.Array]:
-    _, vjp = jax.vjp(lambda a, b: _gmm_public(a, b, group_sizes, transpose_rhs), lhs, rhs)
-    return vjp(grad)
+def _gmm_bwd_jax(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, grad: jax.Array, transpose_rhs: bool,
+                 autotuning: str) -> tuple[jax.Array, jax.Array]:
+    with tuning.applied(autotuning, "gmm backward"):
+        _, vjp = jax.vjp(lambda a, b: _gmm_public(a, b, group_sizes, transpose_rhs), lhs, rhs)
+        return vjp(grad)
 
 
 @chip_for_tracing()
-def _tgmm_jax(lhs: jax.Array, grad: jax.Array, group_sizes: jax.Array) -> jax.Array:
-    return ops.ragged_dot_general(lhs, grad, group_sizes, _TGMM)
+def _tgmm_jax(lhs: jax.Array, grad: jax.Array, group_sizes: jax.Array, autotuning: str) -> jax.Array:
+    with tuning.applied(autotuning, "tgmm"):
+        return ops.ragged_dot_general(lhs, grad, group_sizes, _TGMM)
 
 
 @chip_for_tracing()
@@ -70,49 +78,58 @@ tgmm_v2_op = register("tgmm_v2", _tgmm_v2_jax, no_cpu=_V2_NO_CPU)
 
 # ---- Fake kernels that take symbolic sizes (torch.compile(dynamic=True)) -----------------------
 @gmm_op.register_fake
-def _gmm_fake(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, transpose_rhs: bool) -> torch.Tensor:
+def _gmm_fake(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, transpose_rhs: bool,
+              autotuning: str) -> torch.Tensor:
     return lhs.new_empty((lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]))
 
 
 @gmm_bwd_op.register_fake
 def _gmm_bwd_fake(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, grad: torch.Tensor,
-                  transpose_rhs: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                  transpose_rhs: bool, autotuning: str) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.empty_like(lhs), torch.empty_like(rhs)
 
 
 @tgmm_op.register_fake
-def _tgmm_fake(lhs: torch.Tensor, grad: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
+def _tgmm_fake(lhs: torch.Tensor, grad: torch.Tensor, group_sizes: torch.Tensor, autotuning: str) -> torch.Tensor:
     return lhs.new_empty((group_sizes.shape[0], lhs.shape[1], grad.shape[1]))
 
 
 @gmm_v2_op.register_fake
 def _gmm_v2_fake(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, transpose_rhs: bool
                  ) -> torch.Tensor:
-    return _gmm_fake(lhs, rhs, group_sizes, transpose_rhs)
+    return _gmm_fake(lhs, rhs, group_sizes, transpose_rhs, "")
 
 
 @tgmm_v2_op.register_fake
 def _tgmm_v2_fake(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
-    return _tgmm_fake(lhs, rhs, group_sizes)
+    return _tgmm_fake(lhs, rhs, group_sizes, "")
 
 
 # ---- Autograd: upstream's VJP ------------------------------------------------------------------
 def _gmm_setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
-    lhs, rhs, group_sizes, transpose_rhs = inputs
+    lhs, rhs, group_sizes, transpose_rhs, autotuning = inputs
     ctx.save_for_backward(lhs, rhs, group_sizes)
-    ctx.transpose_rhs = transpose_rhs
+    ctx.transpose_rhs, ctx.autotuning = transpose_rhs, autotuning  # the backward uses the forward's result
 
 
 def _gmm_backward(ctx: Any, grad: torch.Tensor) -> tuple:
     lhs, rhs, group_sizes = ctx.saved_tensors
-    dlhs, drhs = gmm_bwd_op(lhs, rhs, group_sizes, grad.contiguous(), ctx.transpose_rhs)
-    return dlhs, drhs, None, None
+    dlhs, drhs = gmm_bwd_op(lhs, rhs, group_sizes, grad.contiguous(), ctx.transpose_rhs, ctx.autotuning)
+    return dlhs, drhs, None, None, None
 
 
 gmm_op.register_autograd(_gmm_backward, setup_context=_gmm_setup)
 
 
 # ---- What users call ---------------------------------------------------------------------------
+@torch.compiler.assume_constant_result
+def _tuning_token() -> str:
+    """The applied autotuning result's token (`tokamax.tuning.token`). torch.compile takes it as a
+    constant of the compiled graph: the result applied when a function is compiled stays with it."""
+    return tuning.token()
+
+
+
 def _check_gmm(op: str, lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, transpose_rhs: bool
                ) -> None:
     _checks.tensors(op, lhs=lhs, rhs=rhs, group_sizes=group_sizes)
@@ -146,19 +163,19 @@ def gmm(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, *, tran
     public op takes (the Mosaic kernel where it takes them, else upstream's XLA fallback).
     """
     _check_gmm("gmm", lhs, rhs, group_sizes, transpose_rhs)
-    return gmm_op(lhs.contiguous(), rhs.contiguous(), group_sizes.contiguous(), transpose_rhs)
+    return gmm_op(lhs.contiguous(), rhs.contiguous(), group_sizes.contiguous(), transpose_rhs, _tuning_token())
 
 
 def ragged_dot(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
     """Upstream's `ragged_dot(lhs, rhs, group_sizes)` on Torch tensors: `gmm` without transposition."""
     _check_gmm("ragged_dot", lhs, rhs, group_sizes, False)
-    return gmm_op(lhs.contiguous(), rhs.contiguous(), group_sizes.contiguous(), False)
+    return gmm_op(lhs.contiguous(), rhs.contiguous(), group_sizes.contiguous(), False, _tuning_token())
 
 
 def tgmm(lhs: torch.Tensor, grad: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
     """Per-group `lhs[rows of g].T @ grad[rows of g]`: lhs [m, k], grad [m, n] -> [groups, k, n]."""
     _check_tgmm("tgmm", lhs, grad, group_sizes, "grad")
-    return tgmm_op(lhs.contiguous(), grad.contiguous(), group_sizes.contiguous())
+    return tgmm_op(lhs.contiguous(), grad.contiguous(), group_sizes.contiguous(), _tuning_token())
 
 
 def gmm_v2(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, *, transpose_rhs: bool = False

@@ -20,7 +20,8 @@ import types
 import typing
 from typing import Annotated, Any
 
-from . import spec_json, spec_parse
+from . import plain_hooks, spec_json, spec_parse
+from .plain_hooks import PlainSerializer, PlainValidator
 
 
 class FieldInfo:
@@ -127,13 +128,6 @@ def _hints(cls: type) -> dict[str, Any]:
         return {}
 
 
-class PlainSerializer:
-    """A serializer attached as `Annotated` metadata; serialization here goes through spec_json."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.args, self.kwargs = args, kwargs
-
-
 class ConfigDict(dict):
     """pydantic's model settings; nothing reads them here."""
 
@@ -155,22 +149,31 @@ def validate_call(fn: Any = None, /, **kwargs: Any) -> Any:
 
 
 class TypeAdapter:
-    """Dumps values of a type to JSON the way upstream's adapters do (arguments, configs)."""
+    """Dumps values of a type to JSON and reads them back the way upstream's adapters do (arguments,
+    configs, autotuning results); types carrying `PlainValidator` / `PlainSerializer` metadata go
+    through those functions (`plain_hooks`)."""
 
     def __init__(self, type_: Any, *args: Any, **kwargs: Any) -> None:
         self.type = type_
+        self._hooks = plain_hooks.has_hooks(type_)
 
     def __class_getitem__(cls, item: Any) -> type:
         return cls
 
-    def dump_json(self, value: Any, /, **kwargs: Any) -> bytes:
+    def dump_json(self, value: Any, /, *args: Any, **kwargs: Any) -> bytes:
+        if self._hooks:
+            return spec_json.write(plain_hooks.dump(value, self.type)).encode()
         return spec_json.dumps(value)
 
-    def dump_python(self, value: Any, /, **kwargs: Any) -> Any:
+    def dump_python(self, value: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if self._hooks:
+            return plain_hooks.dump(value, self.type)
         return spec_json.to_json_value(value)
 
     def validate_python(self, value: Any, /, **kwargs: Any) -> Any:
         """`value` (JSON-ready Python data) read back into the adapter's type (`spec_parse`)."""
+        if self._hooks:
+            return plain_hooks.load(value, self.type)
         if getattr(self.type, "__name__", "") == "BoundArguments" and hasattr(self.type, "vjp_arg_spec"):
             return spec_parse.bound_arguments_from_json(value, self.type)
         return spec_parse.from_json(value, self.type)

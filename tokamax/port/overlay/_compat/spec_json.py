@@ -40,6 +40,17 @@ def _callable_path(fn: Any) -> str:
     return f"{module}.{name}" if module and name else str(fn)
 
 
+_ROOT = __name__.rsplit(".", 2)[0]  # this kernel's ported tree (`<kernel>._ported`), upstream's `tokamax`
+
+
+def upstream_path(cls: type) -> str:
+    """The import path upstream writes for `cls` (`tokamax._src...`), wherever this tree is loaded."""
+    module = cls.__module__
+    if module == _ROOT or module.startswith(_ROOT + "."):
+        module = "tokamax" + module[len(_ROOT):]
+    return f"{module}.{cls.__qualname__}"
+
+
 def to_json_value(x: Any) -> Any:
     """`x` as upstream's serializer writes it (JSON-ready Python values)."""
     if isinstance(x, enum.IntEnum):  # config fields (splash's QKVLayout): pydantic dumps these by value
@@ -66,12 +77,16 @@ def to_json_value(x: Any) -> Any:
         return {"num_groups": int(x.value.size), "total_size": r} if isinstance(r, int) else list(r)
     if isinstance(x, jax.lax.RaggedDotDimensionNumbers):
         return {f.name: to_json_value(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if isinstance(x, BaseException):  # a failed autotuning candidate: pydantic refuses these too
+        raise TypeError(f"Unable to serialize unknown type: {type(x)} (drop failed configs first, e.g. "
+                        "AutotuningResult.dumps(prune_errors=True))")
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        out = {"__type": f"{type(x).__module__}.{type(x).__qualname__}"} if hasattr(x, "config_cls") else {}
+        out = {"__type": upstream_path(type(x))} if hasattr(x, "config_cls") else {}
         out.update({f.name: to_json_value(getattr(x, f.name)) for f in dataclasses.fields(x)})
         return out
-    if isinstance(x, Mapping):
-        return {str(k): to_json_value(v) for k, v in x.items()}
+    if isinstance(x, Mapping):  # dataclass keys (configs) as their JSON text, as pydantic's json_schema keys
+        return {_write(to_json_value(k)) if dataclasses.is_dataclass(k) else str(k): to_json_value(v)
+                for k, v in x.items()}
     if isinstance(x, (tuple, list, set, frozenset)):
         return [to_json_value(v) for v in x]
     if callable(x):
@@ -112,6 +127,11 @@ def _write(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ",".join(f"{json.dumps(str(k))}:{_write(v)}" for k, v in value.items()) + "}"
     return "[" + ",".join(_write(v) for v in value) + "]"
+
+
+def write(value: Any) -> str:
+    """Compact JSON text of an already JSON-ready value, floats as pydantic writes them."""
+    return _write(value)
 
 
 def canonical(value: Any) -> str:

@@ -12,7 +12,8 @@ parameter it belongs to.
 - unions: the first member (None first for null, enums before plain strings) that reads the value.
 
 A `BoundArguments` is the op, then its arguments through the op's `_fwd` signature. Import paths of
-upstream (`tokamax._src...`) resolve to this kernel's ported tree when there is no `tokamax`.
+upstream (`tokamax._src...`) resolve to this kernel's ported tree (an installed `tokamax` only for names
+the tree lacks).
 A value no member of its annotation reads raises `ValueError` naming the path to it.
 """
 
@@ -50,10 +51,10 @@ class SpecError(ValueError):
 
 def import_path(path: str) -> Any:
     """The object at a dotted import path (module, then attributes); upstream's `tokamax.` paths
-    resolve to this kernel's ported tree if no `tokamax` package is importable."""
+    resolve to this kernel's ported tree first."""
     candidates = [path]
-    if path.startswith("tokamax."):
-        candidates.append(_ROOT + path[len("tokamax"):])
+    if path.startswith("tokamax."):  # this tree first: a `tokamax` installed beside it is another build
+        candidates.insert(0, _ROOT + path[len("tokamax"):])
     for candidate in candidates:
         parts = candidate.split(".")
         for split in range(len(parts) - 1, 0, -1):
@@ -224,6 +225,8 @@ def from_json(value: Any, annotation: Any, where: str = "value") -> Any:
         item = args[1] if len(args) == 2 else Any
         immutabledict = importlib.import_module(f"{_ROOT}._vendor.immutabledict").immutabledict
         return immutabledict({k: from_json(v, item, f"{where}.{k}") for k, v in value.items()})
+    if isinstance(origin, type) and issubclass(origin, Mapping) and origin not in (dict, Mapping):
+        return _generic_mapping(origin, args, value, where)
     cls = origin if isinstance(origin, type) else annotation
     if not isinstance(cls, type):
         return _guess(value)
@@ -258,6 +261,33 @@ def from_json(value: Any, annotation: Any, where: str = "value") -> Any:
     if isinstance(value, Mapping) and "__type" in value:
         return _dataclass(import_path(value["__type"]), value, where)
     raise SpecError(f"{where}: {value!r} is not a {cls.__name__}")
+
+
+def _generic_mapping(origin: type, args: tuple[Any, ...], value: Any, where: str) -> Any:
+    """A generic mapping class (upstream's `AutotuningData[Config]`: an immutabledict of config to
+    benchmark data): key and value types from its generic base, keys that are JSON text (pydantic's
+    `json_schema` keys, how configs are written) parsed first."""
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{where}: expected a mapping, got {str(value)[:200]}")
+    bindings = dict(zip(getattr(origin, "__parameters__", ()), args, strict=False))
+    key_type, item_type = Any, Any
+    for base in getattr(origin, "__orig_bases__", ()):
+        base_args = typing.get_args(base)
+        base_origin = typing.get_origin(base)
+        if len(base_args) == 2 and isinstance(base_origin, type) and issubclass(base_origin, Mapping):
+            key_type, item_type = (bindings.get(a, a) if isinstance(a, typing.TypeVar) else a for a in base_args)
+            break
+    out = {}
+    for k, v in value.items():
+        raw = k
+        if isinstance(k, str) and key_type not in (str, Any) and not isinstance(key_type, typing.TypeVar):
+            try:
+                raw = json.loads(k)
+            except json.JSONDecodeError as e:
+                raise SpecError(f"{where}: key {k!r} is not JSON text: {e}") from e
+        key = from_json(raw, key_type, f"{where}[{k}]")
+        out[key] = from_json(v, item_type, f"{where}[{k}]")
+    return origin(out)
 
 
 def _guess(value: Any) -> Any:

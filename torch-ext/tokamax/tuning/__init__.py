@@ -1,0 +1,23 @@
+"""Autotuning results applied by file, for JAX and Torch users alike (`tokamax.tuning`).
+
+Upstream's autotuning is in `tokamax.ops` (`ops.autotune`, `ops.AutotuningResult`); this package
+is how a result file reaches the calls that should use it, read whole or not at all:
+
+- `tuning.load(path)`: the file as an `AutotuningResult`; a file that does not parse, or whose
+  entry names an op, argument or config field this build lacks, raises `AutotuningFileError`
+  naming the file and the entry;
+- `with tuning.use(path_or_result): ...`: JAX calls inside use it (as `with result:` does), and so
+  do the Torch ops (`torch_ops.gmm`, `tgmm`, `ragged_dot`), whose exports are keyed by the result
+  applied, so a different result is a different export;
+- the environment variable `TOKAMAX_AUTOTUNING_RESULT=/path/result.json` applies a file to every
+  Torch op call that no `use` block covers.
+
+A result tuned on one chip is refused where a call runs on another, naming both.
+"""
+
+from __future__ import annotations
+
+from .active import ENVIRONMENT_VARIABLE, Applied, applied, current, token, use
+from .files import AutotuningFileError, load
+
+__all__ = ["ENVIRONMENT_VARIABLE", "Applied", "AutotuningFileError", "applied", "current", "load", "token", "use"]

@@ -1,0 +1,142 @@
+"""Which autotuning result applies to a call: the innermost `use` block, else the file that
+`TOKAMAX_AUTOTUNING_RESULT` names; and `applied(token)`, which steers a traced call by it.
+
+Torch ops pass `token()` to their custom op as a static argument, so torch-tpu keys its export on
+the result (a different result, a different export) and traces with `applied(token)` around the
+JAX call. A token is the sha256 of the result's bytes, so the same file gives the same token in
+every process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .. import emulation
+from .files import AutotuningFileError, parse, read_bytes
+
+ENVIRONMENT_VARIABLE = "TOKAMAX_AUTOTUNING_RESULT"
+
+
+@dataclasses.dataclass(frozen=True)
+class Applied:
+    """A result ready to apply: the result, where it came from, and its token."""
+
+    result: Any
+    source: str
+    token: str
+
+
+_REGISTRY: dict[str, Applied] = {}
+_STACK: contextvars.ContextVar[tuple[Applied, ...]] = contextvars.ContextVar("tokamax_tuning", default=())
+_FROM_ENVIRONMENT: dict[tuple[str, int, int], Applied] = {}
+
+
+def _token(data: bytes) -> str:
+    return "autotuning:" + hashlib.sha256(data).hexdigest()[:24]
+
+
+def _from_path(path: str | Path) -> Applied:
+    data = read_bytes(path)
+    if (found := _REGISTRY.get(_token(data))) is None:  # the same bytes are read once per process
+        found = _REGISTRY[_token(data)] = Applied(parse(data, str(path)), str(path), _token(data))
+    return found
+
+
+def _from_environment() -> Applied | None:
+    path = os.environ.get(ENVIRONMENT_VARIABLE)
+    if not path:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError as e:
+        raise AutotuningFileError(f"tokamax autotuning result {ENVIRONMENT_VARIABLE}={path}: cannot read it "
+                                  f"({e.strerror})") from e
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _FROM_ENVIRONMENT:
+        try:
+            _FROM_ENVIRONMENT[key] = _from_path(path)
+        except AutotuningFileError as e:
+            raise AutotuningFileError(f"{ENVIRONMENT_VARIABLE}: {e}") from e
+    return _FROM_ENVIRONMENT[key]
+
+
+def current() -> Applied | None:
+    """The result that applies here: the innermost `use` block's, else the environment's, else None."""
+    stack = _STACK.get()
+    return stack[-1] if stack else _from_environment()
+
+
+def token() -> str:
+    """What a Torch op passes to its custom op: the applied result's token, or "" for none."""
+    found = current()
+    return found.token if found is not None else ""
+
+
+def call_device_kind() -> str | None:
+    """The device kind a call traced here runs on (an abstract mesh's chip, an emulated chip, the
+    TPU JAX sees), or None where it is not known (JAX on a CPU host without a chip named)."""
+    import jax
+
+    mesh = jax.sharding.get_abstract_mesh()
+    device = getattr(mesh, "abstract_device", None) if not mesh.empty else None
+    if device is not None:
+        return device.device_kind
+    if (chip := emulation.current_chip()) is not None:
+        return emulation.CHIPS[chip][0]
+    if jax.default_backend() == "tpu":
+        return jax.devices()[0].device_kind
+    return None
+
+
+def _check_chip(found: Applied, what: str) -> None:
+    kind = call_device_kind()
+    if kind is not None and kind != found.result.device_kind:
+        raise AutotuningFileError(f"tokamax {what}: autotuning result {found.source} was tuned on "
+                                  f"{found.result.device_kind!r} (its device_kind), but this call runs on {kind!r}; "
+                                  "tune on this chip, or apply a result made for it")
+
+
+def _entered(result: Any) -> Any:
+    """`result` as a context of its own: upstream's `AutotuningResult` keeps its context state on the
+    instance, so one instance entered twice (a `use` block around a Torch op's trace) would break."""
+    return dataclasses.replace(result)
+
+
+@contextlib.contextmanager
+def use(result: Any) -> Iterator[Applied]:
+    """Within the block, JAX calls and Torch ops use `result` (an `AutotuningResult`, or the path of
+    its JSON); the file is read whole first, and a call on another chip than its own is refused."""
+    if isinstance(result, (str, Path)):
+        found = _from_path(result)
+    else:
+        key = _token(result.dumps(prune_errors=True).encode())
+        found = _REGISTRY.setdefault(key, Applied(result, f"<AutotuningResult for {result.device_kind}>", key))
+    _check_chip(found, "tuning.use")
+    reset = _STACK.set(_STACK.get() + (found,))
+    try:
+        with _entered(found.result):
+            yield found
+    finally:
+        _STACK.reset(reset)
+
+
+@contextlib.contextmanager
+def applied(token: str, what: str) -> Iterator[None]:
+    """Traces the block with the result `token` names ("" for none): `what` names the op in errors."""
+    if not token:
+        yield
+        return
+    found = _REGISTRY.get(token)
+    if found is None:
+        raise AutotuningFileError(f"tokamax {what}: no autotuning result with token {token!r} was loaded in this "
+                                  f"process (apply it with tokamax.tuning.use or {ENVIRONMENT_VARIABLE})")
+    _check_chip(found, what)
+    with _entered(found.result):
+        yield

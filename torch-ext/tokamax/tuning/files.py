@@ -1,0 +1,71 @@
+"""Autotuning result files (`AutotuningResult.dumps` text, ours or upstream's), read whole.
+
+Each entry is read with upstream's own reader for it; the first one that fails stops the load with
+an `AutotuningFileError` naming the file, the entry and its op, so a result is never applied in part.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+_API = "..._ported._src.autotuning.api"
+_FIELDS = {"device_kind", "data", "tokamax_version"}
+
+
+class AutotuningFileError(ValueError):
+    """An autotuning result file that this build cannot apply; the message names file and entry."""
+
+
+def _api() -> Any:
+    return importlib.import_module(_API, __name__)
+
+
+def _op_name(entry: Any) -> str:
+    try:
+        return str(entry[0]["op"]["__type"]).rsplit(".", 1)[-1]
+    except (KeyError, IndexError, TypeError):
+        return "?"
+
+
+def parse(text: str | bytes, source: str) -> Any:
+    """The `AutotuningResult` in `text` (what `dumps` wrote); `source` names it in errors."""
+    api = _api()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise AutotuningFileError(f"tokamax autotuning result {source}: not JSON ({e})") from e
+    if not isinstance(raw, dict) or not {"device_kind", "data"} <= raw.keys() or raw.keys() - _FIELDS:
+        got = sorted(raw) if isinstance(raw, dict) else type(raw).__name__
+        raise AutotuningFileError(f"tokamax autotuning result {source}: expected the fields {sorted(_FIELDS)} of "
+                                  f"an AutotuningResult (AutotuningResult.dumps), got {got}")
+    if not isinstance(raw["device_kind"], str) or not isinstance(raw["data"], list):
+        raise AutotuningFileError(f"tokamax autotuning result {source}: device_kind must be a string and data a list")
+    version = raw.get("tokamax_version", "")
+    written_by = f"; the file was written by tokamax {version}, this build holds 0.0.17" if version != "0.0.17" else ""
+    entries = []
+    for i, entry in enumerate(raw["data"]):
+        if not isinstance(entry, list) or len(entry) != 2:
+            raise AutotuningFileError(f"tokamax autotuning result {source}, entry {i}: expected "
+                                      f"[bound arguments, configs], got {str(entry)[:120]}")
+        try:
+            entries.append(api._validate_bound_args_autotuning_data(entry))
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise AutotuningFileError(f"tokamax autotuning result {source}, entry {i} (op {_op_name(entry)}): "
+                                      f"{e}{written_by}") from e
+    return api.AutotuningResult(raw["device_kind"], tuple(entries), *([version] if version else []))
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """The file's bytes, or `AutotuningFileError` naming it."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise AutotuningFileError(f"tokamax autotuning result {path}: cannot read it ({e.strerror})") from e
+
+
+def load(path: str | Path) -> Any:
+    """The `AutotuningResult` in the file at `path`, every entry read (or `AutotuningFileError`)."""
+    return parse(read_bytes(path), str(path))
