@@ -54,3 +54,27 @@ def test_the_port_site_holds_the_port_and_upstreams_tests(upstream_files, tmp_pa
     assert (package / "_src/ad_test.py").read_bytes() == upstream_files["_src/ad_test.py"]
     assert "re-created over the port" in (package / "ops/__init__.py").read_text()
     assert (site / "wrappers/splash_kernel_interpret_test.py").exists()
+
+
+def test_a_dropped_family_is_a_stub_that_raises_on_use_and_never_shadows_the_port(upstream_files, tmp_path):
+    """Modules of the op families the port drops are importable in the port site (so test files that
+    import them collect) and raise, naming why, on any use; a listed module the port has is refused."""
+    import subprocess
+    import sys
+
+    selection = load_selection(upstream_files, everything=False)
+    assert "_src/ops/normalization/api.py" in selection.dropped
+    site = build_port_site(PORTED, upstream_files, selection, tmp_path / "site")
+    probe = ("from tokamax._src.ops.normalization import api\n"
+             "try:\n    from tokamax._src.ops.normalization import triton\n"
+             "except ImportError:\n    print('no triton')\n"
+             "try:\n    api.IMPLEMENTATIONS\nexcept AttributeError as e:\n    print(e)\n")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=site, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == [
+        "no triton", "tokamax._src.ops.normalization.api.IMPLEMENTATIONS: the port drops upstream's op family here "
+                     "(a GPU or XLA-only family; this kernel ships the TPU ones)"]
+    bad = selection.__class__(selection.tests, (), "", (), (), (), dropped=("_src/ops/ragged_dot/api.py",))
+    with pytest.raises(SuiteError, match="_src/ops/ragged_dot/api.py: listed as a dropped module, but the port"):
+        build_port_site(PORTED, upstream_files, bad, tmp_path / "site2")
+    assert not (tmp_path / "site2").exists()

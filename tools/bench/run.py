@@ -1,4 +1,5 @@
-"""All benchmarks in one run, side by side: load, footprint, port, bridge, config choice, attention
+"""All benchmarks in one run, side by side: load, footprint, port, bridge, config choice, autotuning
+machinery, attention
 (window masks' module size, decode reads, generate() exports), test tiers.
 
     ./bench.sh [--runs 9] [--json build/benchmarks.json]
@@ -116,6 +117,15 @@ def selection(jax_python: str, rounds: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def autotuning_first_use(jax_python: str, runs: int, rounds: int) -> dict:
+    """Cold processes: the first use of `ops.autotune` after the Op layer, a result file read, and
+    the trace of a public call inside a result against outside it."""
+    samples = [_probe_json(jax_python, "autotuning_first_use.py", str(VARIANT), str(rounds)) for _ in range(runs)]
+    out = {key: stats([s[key] for s in samples]) for key in ("import_ms", "load_ms", "trace_inside_ms",
+                                                                "trace_outside_ms")}
+    return {**out, "modules": samples[0]["modules"], "bytes": samples[0]["bytes"]}
+
+
 def _probe_json(python: str, probe: str, *args: str, torch_tier: bool = False) -> dict:
     env = {**_env(), "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"} if torch_tier else None
     result = subprocess.run([python, str(PROBES / probe), *args], capture_output=True, text=True, env=env)
@@ -177,6 +187,16 @@ def table(results: dict) -> str:
                  f"{sel['public'] - sel['raw']:+.1f} ms", f"{sel['public']:.1f} vs {sel['raw']:.1f} ms per trace"))
     rows.append(("first public call: import Op layer / read table + trace", f"{sel['import_ops']:.0f} ms",
                  f"then {sel['first_public']:.0f} ms"))
+    tune = results["autotuning"]
+    rows.append((f"first use of ops.autotune after the Op layer ({tune['modules']} modules)",
+                 f"{tune['import_ms']['median']:.0f} ms",
+                 f"{tune['import_ms']['min']:.0f}–{tune['import_ms']['max']:.0f} ms; the search not included"))
+    rows.append((f"read a result file (tuning.load, 1 entry, {tune['bytes']} bytes)",
+                 f"{tune['load_ms']['median']:.1f} ms",
+                 f"{tune['load_ms']['min']:.1f}–{tune['load_ms']['max']:.1f} ms"))
+    rows.append(("trace ops.ragged_dot inside a result vs outside (v6e, Mixtral key)",
+                 f"{tune['trace_inside_ms']['median'] - tune['trace_outside_ms']['median']:+.1f} ms",
+                 f"{tune['trace_inside_ms']['median']:.1f} vs {tune['trace_outside_ms']['median']:.1f} ms per trace"))
     first = results["torch_ops"]
     rows.append((f"first use of torch_ops ({first['families']} families, {first['custom_ops']} custom ops)",
                  f"{first['torch_ops_ms']['median']:.0f} ms",
@@ -240,6 +260,7 @@ def main() -> int:
         "bridge": bridge(pythons["torch-tier"], args.bridge_calls),
         "torch_ops": torch_ops_first_use(pythons["torch-tier"], args.runs),
         "selection": selection(pythons["jax-tier"], args.selection_rounds),
+        "autotuning": autotuning_first_use(pythons["jax-tier"], args.runs, args.selection_rounds),
         "attention": attention(pythons),
         "test_tiers": test_tiers(),
     }

@@ -42,6 +42,7 @@ class Selection:
     support: tuple[str, ...]
     namespaces: tuple[str, ...]
     evidence: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # fix -> id globs
+    dropped: tuple[str, ...] = ()  # modules of op families the port drops: stubs that raise on use
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -60,9 +61,10 @@ def load_selection(upstream: dict[str, bytes], *, everything: bool, path: Path =
     helpers = config["helpers"]
     selection = Selection(tests, tuple(config["ci"]["interpret"]), select, tuple(helpers["test_only"]),
                           tuple(helpers["support"]), tuple(helpers["namespaces"]),
-                          {k: tuple(v) for k, v in config.get("evidence", {}).items()})
-    missing = [f for f in (*selection.files, *selection.test_only, *selection.support, *selection.namespaces)
-               if f not in upstream]
+                          {k: tuple(v) for k, v in config.get("evidence", {}).items()},
+                          tuple(helpers.get("dropped", ())))
+    missing = [f for f in (*selection.files, *selection.test_only, *selection.support, *selection.namespaces,
+                           *selection.dropped) if f not in upstream]
     if missing:
         raise SuiteError(f"{path.name} names files the pinned sdist does not hold: {missing}")
     return selection
@@ -99,6 +101,12 @@ def build_port_site(ported: Path, upstream: dict[str, bytes], selection: Selecti
                                  "the port site never overwrites a port file")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(upstream[rel])
+        for rel in selection.dropped:
+            target = package / rel
+            if target.exists():
+                raise SuiteError(f"{rel}: listed as a dropped module, but the port tree has it")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(shims.dropped_stub(rel))
         (package / "_shim.py").write_text(shims.HELPER)
         names = set(upstream)
         for rel in selection.namespaces:

@@ -125,3 +125,18 @@ def test_the_same_bytes_give_the_same_token_and_other_bytes_another(kernel, tune
     with kernel.tuning.use(_write(tmp_path, other, "other.json")) as c:
         assert c.token != a.token
     assert kernel.tuning.token() == ""
+
+
+@pytest.mark.kernels_ci
+def test_entering_the_same_result_again_keeps_jits_cache_key(kernel, tuned_file):
+    """A `use` block around a training step, entered every step: the same result must not make JAX
+    retrace (the active results are part of its jit cache key)."""
+    key = importlib.import_module(f"{kernel.__name__}._ported._src.ops.op").AUTOTUNING_CACHE_OVERLAY_JAX_CONFIG
+    seen = []
+    for _ in range(3):
+        with kernel.tuning.use(tuned_file):
+            seen.append(key.value)
+    assert seen[0] == seen[1] == seen[2] and len(seen[0]) == 1
+    with kernel.tuning.use(tuned_file), kernel.tuning.use(tuned_file):  # nested: two entries, both work
+        assert len(key.value) == 2 and len(_overlays(kernel)) == 2
+    assert key.value == ()

@@ -103,10 +103,22 @@ def _check_chip(found: Applied, what: str) -> None:
                                   "tune on this chip, or apply a result made for it")
 
 
-def _entered(result: Any) -> Any:
-    """`result` as a context of its own: upstream's `AutotuningResult` keeps its context state on the
-    instance, so one instance entered twice (a `use` block around a Torch op's trace) would break."""
-    return dataclasses.replace(result)
+_IDLE: dict[str, list[Any]] = {}  # token -> copies of its result not entered now
+
+
+@contextlib.contextmanager
+def _entered(found: Applied) -> Iterator[None]:
+    """`with found.result:` on a copy of its own. Upstream's `AutotuningResult` keeps its context state
+    on the instance, so one instance entered twice (a `use` block around a Torch op's trace) would
+    break; and its instance's id is part of JAX's jit cache key, so a block entered again takes the
+    same idle copy (no retrace for the same result)."""
+    idle = _IDLE.setdefault(found.token, [])
+    result = idle.pop() if idle else dataclasses.replace(found.result)
+    try:
+        with result:
+            yield
+    finally:
+        idle.append(result)
 
 
 @contextlib.contextmanager
@@ -121,7 +133,7 @@ def use(result: Any) -> Iterator[Applied]:
     _check_chip(found, "tuning.use")
     reset = _STACK.set(_STACK.get() + (found,))
     try:
-        with _entered(found.result):
+        with _entered(found):
             yield found
     finally:
         _STACK.reset(reset)
@@ -138,5 +150,5 @@ def applied(token: str, what: str) -> Iterator[None]:
         raise AutotuningFileError(f"tokamax {what}: no autotuning result with token {token!r} was loaded in this "
                                   f"process (apply it with tokamax.tuning.use or {ENVIRONMENT_VARIABLE})")
     _check_chip(found, what)
-    with _entered(found.result):
+    with _entered(found):
         yield
