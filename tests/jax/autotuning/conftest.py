@@ -8,6 +8,7 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
+import jax
 import pytest
 
 from tests.jax.autotuning import calls
@@ -31,7 +32,7 @@ def tuned(kernel, emulation) -> dict:  # noqa: ANN001
     arguments and search space it saw."""
     fn = calls.public_call(kernel.ops)
     with kernel.ops.config.cross_compile(True), emulation.interpret_on_cpu(calls.CHIP), \
-            calls.jax.sharding.use_abstract_mesh(emulation.tpu_mesh(calls.CHIP)):
+            jax.sharding.use_abstract_mesh(emulation.tpu_mesh(calls.CHIP)):
         (bound,) = kernel.ops.autotuning.get_bound_args(fn, *calls.arrays())
         space = bound.autotuning_configs
         heuristic = bound.heuristics_config

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 
+import jax
 import pytest
 
 from tests.jax.autotuning import calls
@@ -89,7 +90,7 @@ def test_bound_arguments_autotune_caches_its_result_for_later_calls(tuned, kerne
     table = bound.op.replace(vjp=None).get_autotuning_cache(calls.DEVICE_KIND)
     try:
         with kernel.ops.config.cross_compile(True), emulation.interpret_on_cpu(calls.CHIP), \
-                calls.jax.sharding.use_abstract_mesh(emulation.tpu_mesh(calls.CHIP)):
+                jax.sharding.use_abstract_mesh(emulation.tpu_mesh(calls.CHIP)):
             data = bound.autotune({config}, cache_results=True)
         assert set(data) == {config} and data.fastest_config == config
         inside = _module(calls.public_call(kernel.ops), kernel, emulation)
@@ -108,7 +109,7 @@ def test_bound_arguments_go_to_json_and_back(tuned, kernel, emulation, tmp_path)
     bound = tuned["bound"]
     assert bound.op.config is None and dict(bound.arguments)["lhs"].shape == calls.LHS
     with calls.for_tpu(kernel.ops.config, emulation):
-        lowered = calls.jax.jit(calls.public_call(kernel.ops)).trace(*calls.specs()).lower(lowering_platforms=("tpu",))
+        lowered = jax.jit(calls.public_call(kernel.ops)).trace(*calls.specs()).lower(lowering_platforms=("tpu",))
     path = tmp_path / "bound.json"
     kernel.ops.autotuning.bound_args_to_json(lowered, str(path))
     (back,) = kernel.ops.autotuning.bound_args_from_json_file(str(path))

@@ -159,7 +159,8 @@ def gmm(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, *, tran
     """Grouped matmul: rows of `lhs` in group g times `rhs[g]`; differentiable in lhs and rhs.
 
     lhs [m, k]; rhs [groups, k, n] ([groups, n, k] with `transpose_rhs`); group_sizes int32
-    [groups], summing to at most m (rows past the sum give zeros). bf16 or f32; any sizes the
+    [groups], summing to at most m (rows past the sum are undefined, as in upstream's call: the Mosaic
+    kernel leaves them unwritten, NaN in interpret mode; the XLA fallback zeros them). bf16 or f32; any sizes the
     public op takes (the Mosaic kernel where it takes them, else upstream's XLA fallback).
     """
     _check_gmm("gmm", lhs, rhs, group_sizes, transpose_rhs)

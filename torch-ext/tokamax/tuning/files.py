@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-_API = "..._ported._src.autotuning.api"
+_API = ".._ported._src.autotuning.api"  # upstream's, in this kernel's ported tree
 _FIELDS = {"device_kind", "data", "tokamax_version"}
 
 
@@ -20,7 +20,7 @@ class AutotuningFileError(ValueError):
 
 
 def _api() -> Any:
-    return importlib.import_module(_API, __name__)
+    return importlib.import_module(_API, __package__)
 
 
 def _op_name(entry: Any) -> str:
