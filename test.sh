@@ -1,54 +1,116 @@
 #!/usr/bin/env bash
-# Runs every test: lint, the bundle build, the JAX tier (Python 3.12, jax 0.12), the Torch tier
-# (Python 3.11, torch 2.13 CPU, torch-tpu 0.2.0, jax 0.10.2), the JAX side on Python 3.13 (the
-# kernels_ci subset and the import check: kernel-builder's TPU stack runs 3.13) and upstream's own
-# test suite against the port (tools/upstream_suite, its CI selection). Sets up each venv itself.
-#   ./test.sh            all tests
-#   ./test.sh --fast     only the kernels_ci subset (no upstream suite)
-# A tier that fails, or runs no test, or skips every test it ran, fails the whole run.
+# Runs every test: lint and the bundle build, then each tier in its own venv, two jobs at a time
+# (TOKAMAX_TEST_JOBS; a job sets up its venv first, so downloads overlap the other job's tests):
+#   jax          Python 3.12, jax 0.12: tests/ but tests/torch
+#   torch-py312  Python 3.12, torch 2.13, torch-tpu 0.2.0, jax 0.12 (the stack TPU users install):
+#                tests/torch and tests/kernel
+#   torch-py311  Python 3.11, torch 2.13 CPU, torch-tpu 0.2.0, jax 0.10.2: the kernels_ci subset and
+#                the ops' refusals that name the jax they need (marker jax_floor)
+#   torch-py313  Python 3.13, torch 2.11 (kernel-builder's), torch-tpu 0.2.0, jax 0.12: the bundle's
+#                import check through kernels.get_kernel and the kernels_ci subset
+#   upstream suite, side upstream / side port: upstream's own tests on tokamax 0.0.17 and on the
+#                port (tools/upstream_suite), compared once both have run
+#   ./test.sh            all of it
+#   ./test.sh --fast     only the kernels_ci subset of each tier (no upstream suite)
+# Each job's output is in build/test-logs/JOB.log and printed when the job ends. A tier that fails,
+# runs no test or skips every test it ran fails the whole run (scripts/tier_summary.py).
 source "$(dirname "$0")/scripts/env.sh"
 cd "$REPO"
-marker=()
-[ "${1:-}" = "--fast" ] && marker=(-m kernels_ci)
+fast=0
+case "${1:-}" in
+  --fast) fast=1 ;;
+  "") ;;
+  *) echo "usage: ./test.sh [--fast]" >&2; exit 2 ;;
+esac
 
 # Tests load build/torch-tpu in-process: keep bytecode out of the bundle.
 export PYTHONDONTWRITEBYTECODE=1
+reports="$REPO/build/test-reports"
+logs="$REPO/build/test-logs"
+rm -rf "$reports" "$logs" build/upstream-suite/results
+mkdir -p "$reports" "$logs"
 
 jax_python=$(ensure_venv jax-tier)
-torch_python=$(ensure_venv torch-tier)
-py313_python=$(ensure_venv jax-tier-py313)
-reports="$REPO/build/test-reports"
-
 echo "== lint (ruff)"
 "$jax_python" -m ruff check --quiet .
-
 echo "== bundle"
 "$jax_python" -m tools.bundle
-mkdir -p "$reports"
-rm -f "$reports/kernels-benchmark.txt"
+
+# run_pytest REPORT PYTHON MARKER PYTEST-ARGS...: one tier's pytest, its JUnit report in build/test-reports.
+run_pytest() {
+  local report=$1 python=$2 marker=$3; shift 3
+  [ $fast = 1 ] && marker=kernels_ci
+  echo "== $report: $("$python" -c 'import sys; print(sys.version.split()[0])'), marker: ${marker:-none}"
+  "$python" -m pytest -p no:cacheprovider ${marker:+-m "$marker"} --junitxml="$reports/$report.xml" "$@"
+}
+
+job_jax() {
+  run_pytest jax-py312 "$jax_python" "" tests --ignore=tests/torch
+}
+job_torch_py312() {
+  local python; python=$(ensure_venv torch-tier)
+  TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_pytest torch-py312 "$python" "" tests/torch tests/kernel
+}
+job_torch_py311() {
+  local python; python=$(ensure_venv torch-tier-py311)
+  TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_pytest torch-py311 "$python" "kernels_ci or jax_floor" tests/torch tests/kernel
+}
+job_torch_py313() {
+  local python; python=$(ensure_venv torch-tier-py313)
+  echo "== import check on Python 3.13 (kernels.get_kernel, torch 2.11)"
+  TORCH_DEVICE_BACKEND_AUTOLOAD=1 "$python" -I tools/bundle/import_check.py --get-kernel build/torch-tpu || return 1
+  TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_pytest torch-py313 "$python" kernels_ci tests/torch tests/kernel
+}
+job_suite_upstream() { "$jax_python" -m tools.upstream_suite --side upstream; }
+job_suite_port() { "$jax_python" -m tools.upstream_suite --side port; }
 
 status=0
-run_tier() {  # run_tier NAME PYTHON PYTEST-ARGS...
-  local name=$1 python=$2; shift 2
-  echo "== $name tier ($("$python" -c 'import sys; print(sys.version.split()[0])'))"
-  "$python" -m pytest -p no:cacheprovider "${marker[@]}" --junitxml="$reports/$name.xml" "$@" || status=1
+declare -A job_of started_at
+# finish_one: waits for the next job to end, prints its log and records a failure.
+finish_one() {
+  local pid rc=0 job
+  wait -n -p pid "${!job_of[@]}" || rc=$?
+  job=${job_of[$pid]}
+  unset "job_of[$pid]"
+  echo "== $job: $([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)") in $((SECONDS - ${started_at[$pid]})) s"
+  sed 's/^/   | /' "$logs/$job.log"
+  [ $rc = 0 ] || status=1
 }
-run_tier jax "$jax_python" tests --ignore=tests/torch
-# tests/kernel (what kernel-builder's ci-test runs) also runs here, where torch is installed.
-TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_tier torch "$torch_python" tests/torch tests/kernel
+# run_jobs JOB...: runs job_JOB for each, at most TOKAMAX_TEST_JOBS (default 2) at once, in the order given.
+run_jobs() {
+  local job max=${TOKAMAX_TEST_JOBS:-2}
+  for job in "$@"; do
+    while [ ${#job_of[@]} -ge "$max" ]; do finish_one; done
+    ("job_${job//-/_}") > "$logs/$job.log" 2>&1 &
+    job_of[$!]=$job; started_at[$!]=$SECONDS
+    echo "== $job: started"
+  done
+  while [ ${#job_of[@]} -gt 0 ]; do finish_one; done
+}
+# prefetch TIER...: sets up the venvs in this order in the background, so that downloading and unpacking
+# them overlaps the tests; a job that asks for a venv still being set up waits for it (ensure_venv's lock)
+# and reports any failure itself.
+prefetch() {
+  local tier
+  for tier in "$@"; do ensure_venv "$tier" > /dev/null || true; done
+}
 
-echo "== import check on Python 3.13"
-"$py313_python" -I tools/bundle/import_check.py build/torch-tpu || status=1
-run_tier jax-py313 "$py313_python" -m kernels_ci tests --ignore=tests/torch
-
-if [ ${#marker[@]} -eq 0 ]; then
-  echo "== upstream suite (tokamax's own tests, on upstream and on the port)"
-  rm -f "$reports/upstream-suite.txt"
-  "$jax_python" -m tools.upstream_suite || status=1
+if [ $fast = 1 ]; then
+  prefetch torch-tier jax-only jax-only-py311 torch-tier-py313 torch-tier-py311 > "$logs/prefetch.log" 2>&1 &
+  prefetch_pid=$!
+  run_jobs jax torch-py312 torch-py313 torch-py311
+else
+  prefetch upstream torch-tier jax-only jax-only-py311 upstream-suite torch-tier-py313 torch-tier-py311 \
+    > "$logs/prefetch.log" 2>&1 &
+  prefetch_pid=$!
+  run_jobs jax suite-upstream torch-py312 suite-port torch-py313 torch-py311
+  echo "== upstream suite (tokamax's own tests: upstream against the port)"
+  "$jax_python" -m tools.upstream_suite --compare > "$logs/suite-compare.log" 2>&1 || status=1
+  cat "$logs/suite-compare.log"
   cp build/upstream-suite/report.txt "$reports/upstream-suite.txt" 2>/dev/null || true
 fi
 
-"$jax_python" scripts/tier_summary.py "$reports/jax.xml" "$reports/torch.xml" "$reports/jax-py313.xml" || status=1
+wait "$prefetch_pid" || true
 [ -f "$reports/kernels-benchmark.txt" ] && cat "$reports/kernels-benchmark.txt"
-[ -f "$reports/upstream-suite.txt" ] && grep -v "^  UNEXPLAINED" "$reports/upstream-suite.txt"
+"$jax_python" scripts/tier_summary.py "$reports"/{jax-py312,torch-py312,torch-py311,torch-py313}.xml || status=1
 exit $status

@@ -43,14 +43,28 @@ def jax_runs_lm_loss() -> str | None:
 
 
 class Workload(Benchmark):
-    """A Benchmark whose `out` (what the runner compares with `verify_*`'s reference) is the last
-    result in float32, converted only when read, so timing never includes the conversion."""
+    """A Benchmark on a TPU (or CPU tensors, off TPU) whose `out` (what the runner compares with
+    `verify_*`'s reference) is the last result in float32, converted only when read, so timing
+    never includes the conversion."""
 
     seed = 0
+    _device = "cpu"
 
     def __init__(self) -> None:
         self.result: Any = None
         super().__init__()
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @device.setter
+    def device(self, name: str) -> None:
+        # kernels' runner hands over the device of the backend it detects. Without torch-tpu's backend
+        # (a host without TPU chips) it names what the torch build was made for: "cuda" for the
+        # CUDA-linked build pip gives Python >= 3.12, also where no GPU exists. This kernel's ops run
+        # on TPU tensors, or on CPU tensors in interpret mode: any other device means CPU here.
+        self._device = name if name in ("tpu", "cpu") else "cpu"
 
     @property
     def out(self) -> Any:

@@ -1,14 +1,16 @@
 # Sourced by build.sh and test.sh: finds each tier's interpreter and keeps its venv in step
 # with its pinned requirements. Nothing here needs anything preinstalled but Python.
 #
-# Tiers (name: Python, requirements):       override the interpreter with
-#   jax-tier:   3.12, requirements/jax-tier.txt    TOKAMAX_PYTHON_JAX=/path/to/python3.12
-#   torch-tier: 3.11, requirements/torch-tier.txt  TOKAMAX_PYTHON_TORCH=/path/to/python3.11
-#   upstream:   3.12, requirements/upstream.txt    TOKAMAX_PYTHON_JAX (tokamax 0.0.17 for comparisons)
-#   upstream-suite: 3.12, requirements/upstream-suite.txt  (upstream's test suite against the port)
-#   jax-tier-py313: 3.13, requirements/jax-tier-py313.txt  TOKAMAX_PYTHON_PY313 (kernel-builder's TPU Python)
-#   jax-only:        3.12, jax 0.12 alone   (the "nothing beyond JAX" import checks)
-#   jax-only-py311:  3.11, jax 0.10.2 alone
+# Tiers (venv name: Python, requirements/NAME.txt). Each Python is found on PATH (pythonX.Y, then
+# python3), then in pyenv; override it with TOKAMAX_PYTHON312 / TOKAMAX_PYTHON311 / TOKAMAX_PYTHON313.
+#   jax-tier:         3.12  the JAX tier and the bundle build (jax 0.12)
+#   torch-tier:       3.12  the main Torch tier: torch 2.13, torch-tpu 0.2.0, jax 0.12 (what TPU users install)
+#   torch-tier-py311: 3.11  the Torch compatibility subset: torch 2.13 CPU, torch-tpu 0.2.0, jax 0.10.2
+#   torch-tier-py313: 3.13  kernel-builder's torch 2.11 with torch-tpu 0.2.0 and jax 0.12
+#   upstream:         3.12  tokamax 0.0.17 with all it drags in (comparisons, benchmarks)
+#   upstream-suite:   3.12  upstream's own test suite against the port
+#   jax-only:         3.12  jax 0.12 alone (the "nothing beyond JAX" import checks)
+#   jax-only-py311:   3.11  jax 0.10.2 alone
 
 set -euo pipefail
 
@@ -24,28 +26,15 @@ VENVS="${TOKAMAX_VENVS:-$REPO/.venv}"
 
 _tier_python_version() {
   case "$1" in
-    jax-tier|upstream|upstream-suite|jax-only) echo 3.12 ;;
-    torch-tier|jax-only-py311) echo 3.11 ;;
-    jax-tier-py313) echo 3.13 ;;
+    jax-tier|torch-tier|upstream|upstream-suite|jax-only) echo 3.12 ;;
+    torch-tier-py311|jax-only-py311) echo 3.11 ;;
+    torch-tier-py313) echo 3.13 ;;
     *) echo "env.sh: unknown tier $1" >&2; return 2 ;;
   esac
 }
 
-_tier_override() {
-  case "$1" in
-    jax-tier|upstream|upstream-suite|jax-only) echo "${TOKAMAX_PYTHON_JAX:-}" ;;
-    torch-tier|jax-only-py311) echo "${TOKAMAX_PYTHON_TORCH:-}" ;;
-    jax-tier-py313) echo "${TOKAMAX_PYTHON_PY313:-}" ;;
-  esac
-}
-
-_tier_override_name() {
-  case "$1" in
-    torch-tier|jax-only-py311) echo TOKAMAX_PYTHON_TORCH ;;
-    jax-tier-py313) echo TOKAMAX_PYTHON_PY313 ;;
-    *) echo TOKAMAX_PYTHON_JAX ;;
-  esac
-}
+# The variable that overrides the interpreter of Python X.Y: TOKAMAX_PYTHONXY.
+_override_name() { echo "TOKAMAX_PYTHON${1/./}"; }
 
 _is_version() {  # _is_version PYTHON X.Y
   "$1" -c "import sys; sys.exit(0 if '%d.%d' % sys.version_info[:2] == '$2' else 1)" 2>/dev/null
@@ -53,12 +42,13 @@ _is_version() {  # _is_version PYTHON X.Y
 
 # find_python TIER: prints the interpreter for TIER (override, then PATH, then pyenv).
 find_python() {
-  local tier=$1 want override candidate root
+  local tier=$1 want override override_name candidate root
   want=$(_tier_python_version "$tier")
-  override=$(_tier_override "$tier")
+  override_name=$(_override_name "$want")
+  override=${!override_name:-}
   if [ -n "$override" ]; then
     if _is_version "$override" "$want"; then echo "$override"; return 0; fi
-    echo "env.sh: $override (from the override variable) is not Python $want, which the $tier tier needs" >&2
+    echo "env.sh: $override (from $override_name) is not Python $want, which the $tier tier needs" >&2
     return 1
   fi
   for candidate in "python$want" python3; do
@@ -73,26 +63,32 @@ find_python() {
     done
   fi
   echo "env.sh: no Python $want found for the $tier tier (looked on PATH for python$want and python3, then in pyenv)." >&2
-  echo "        Install Python $want, or point $(_tier_override_name "$tier") at one." >&2
+  echo "        Install Python $want, or point $override_name at one." >&2
   return 1
 }
 
-# ensure_venv TIER: creates or refreshes $VENVS/TIER; prints its python.
+# ensure_venv TIER: creates or refreshes $VENVS/TIER; prints its python. Holds $VENVS/TIER.lock
+# meanwhile, so that two processes asking for the same venv (./test.sh's jobs and its prefetch) set
+# it up once: the second waits, then finds it current.
 ensure_venv() {
   local tier=$1 venv="$VENVS/$1" req="$REPO/requirements/$1.txt" python stamp want
   python=$(find_python "$tier")
   want="$(sha256sum "$req" | cut -d' ' -f1) $("$python" -c 'import sys; print(sys.version.split()[0])')"
   stamp="$venv/.requirements-stamp"
-  if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    echo "env.sh: setting up $venv from $req with $python" >&2
-    rm -rf "$venv"
-    "$python" -m venv "$venv"
-    if ! "$venv/bin/python" -m pip install --disable-pip-version-check -r "$req" > "$venv/pip.log" 2>&1; then
-      grep -v "^WARNING: Location" "$venv/pip.log" | tail -n 30 >&2
-      echo "env.sh: installing $req into $venv failed (full log: $venv/pip.log)" >&2
-      return 1
+  mkdir -p "$VENVS"
+  (
+    flock 9
+    if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+      echo "env.sh: setting up $venv from $req with $python" >&2
+      rm -rf "$venv"
+      "$python" -m venv "$venv"
+      if ! "$venv/bin/python" -m pip install --disable-pip-version-check -r "$req" > "$venv/pip.log" 2>&1; then
+        grep -v "^WARNING: Location" "$venv/pip.log" | tail -n 30 >&2
+        echo "env.sh: installing $req into $venv failed (full log: $venv/pip.log)" >&2
+        exit 1
+      fi
+      echo "$want" > "$stamp"
     fi
-    echo "$want" > "$stamp"
-  fi
+  ) 9> "$VENVS/$tier.lock" || return 1
   echo "$venv/bin/python"
 }

@@ -34,15 +34,17 @@ def hub(tpu_host: bool, lockfile: str | None) -> dict:
     if tpu_host:
         torch.backends.tpu = types.ModuleType("torch.backends.tpu")
     import kernels
+    from kernels.backends import _backend
 
+    system = {"system_backend": _backend().name, "torch_cuda": torch.version.cuda}
     try:
         if lockfile:
             kernel = kernels.load_kernel("kernels-community/tokamax", lockfile=Path(lockfile))
         else:
             kernel = kernels.get_kernel("kernels-community/tokamax", version=1)
     except Exception as e:  # reported for the test to assert on
-        return {"loaded": False, "error": f"{type(e).__name__}: {e}"}
-    return {"loaded": True, "name": kernel.__name__, "file": kernel.__file__,
+        return {"loaded": False, "error": f"{type(e).__name__}: {e}", **system}
+    return {**system, "loaded": True, "name": kernel.__name__, "file": kernel.__file__,
             "gmm": kernel.ragged_dot.gmm.__module__}
 
 

@@ -14,13 +14,24 @@ from tests.conftest import KERNEL_MODULES, REPO, VARIANT
 pytestmark = pytest.mark.kernels_ci
 
 
-def test_torch_tier_versions():
+# The Torch tiers by Python: the frozen pins each one runs (scripts/env.sh sets them up).
+TIER_PINS = {(3, 12): "torch-tier.txt", (3, 11): "torch-tier-py311.txt", (3, 13): "torch-tier-py313.txt"}
+
+
+def test_this_tier_runs_its_pinned_stack():
+    """torch, torch-tpu and jax as this Python's tier pins them (a local version such as +cpu aside)."""
+    from importlib.metadata import version
+
+    assert sys.version_info[:2] in TIER_PINS, f"no Torch tier runs Python {sys.version_info[:2]}"
+    pins = dict(line.strip().split("==") for line in (REPO / "requirements" / TIER_PINS[sys.version_info[:2]])
+                .read_text().splitlines() if "==" in line)
+    for name in ("torch", "torch_tpu", "jax", "jaxlib"):
+        assert version(name).split("+")[0] == pins[name], f"{name} {version(name)}, pinned {pins[name]}"
     import jax
     import torch
     import torch_tpu  # noqa: F401
 
-    assert torch.__version__.split("+")[0] == "2.13.0" and jax.__version__ == "0.10.2"
-    assert sys.version_info[:2] == (3, 11)
+    assert torch.__version__.split("+")[0] == pins["torch"] and jax.__version__ == pins["jax"]
 
 
 def test_get_kernel_with_local_kernels_loads_the_tpu_variant():

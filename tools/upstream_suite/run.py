@@ -35,7 +35,7 @@ def run_side(name: str, python: str, site: Path, selection: Selection, out_dir: 
     """Runs `selection` in `site` with `python`; JUnit and outcomes land in `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     outcomes_file, junit = out_dir / f"{name}.jsonl", out_dir / f"{name}.xml"
-    for stale in (outcomes_file, Path(str(outcomes_file) + ".wrappers")):
+    for stale in (outcomes_file, Path(str(outcomes_file) + ".wrappers"), out_dir / f"{name}.seconds"):
         stale.unlink(missing_ok=True)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1",
                PYTHONPATH=os.pathsep.join([str(site), str(PLUGIN_DIR)]),
@@ -55,11 +55,22 @@ def run_side(name: str, python: str, site: Path, selection: Selection, out_dir: 
             subprocess.run([*pytest, f"--junitxml={out_dir / f'{name}-interpret.xml'}", *select, *wrapper_args],
                            cwd=site, env=env, stdout=log, stderr=subprocess.STDOUT)
     seconds = time.monotonic() - start
+    (out_dir / f"{name}.seconds").write_text(f"{seconds:.1f}\n")
+    return read_side(name, site, out_dir, wrappers=bool(wrapper_args))
+
+
+def read_side(name: str, site: Path, out_dir: Path, wrappers: bool) -> SideRun:
+    """One side's outcomes as `run_side` left them in `out_dir` (this run's, or an error)."""
+    outcomes_file = out_dir / f"{name}.jsonl"
+    seconds_file = out_dir / f"{name}.seconds"
+    if not seconds_file.exists():
+        raise SuiteError(f"side {name} has not run (no {seconds_file}); run it with --side {name}")
+    seconds = float(seconds_file.read_text())
     outcomes: dict[str, tuple[str, str]] = {}
     imported = []
     for path in (outcomes_file, Path(str(outcomes_file) + ".wrappers")):
         if not path.exists():
-            if path == outcomes_file or wrapper_args:
+            if path == outcomes_file or wrappers:
                 raise SuiteError(f"side {name}: pytest wrote no outcomes (see {out_dir / f'{name}.log'})")
             continue
         for line in path.read_text().splitlines():

@@ -19,6 +19,15 @@ from tests.jax.public.normalise import mosaic_count, normalise
 
 CASES = all_public_cases()
 
+# Calls upstream 0.0.17 fails and this kernel fixes (tokamax/port/port.kdl says how): the error
+# upstream raises, which must still be upstream's; this kernel's lowering holds the Mosaic kernels
+# (values and gradients: test_public_numerics.py).
+FIXED_OVER_UPSTREAM = {
+    "ragged_dot_general/mosaic/rhs-transposed/grad": ("ValueError: Custom VJP bwd rule", "so the shapes do not match"),
+    "ragged_dot_general/mosaic_tpu_v2/rhs-transposed/grad": ("ValueError: Custom VJP bwd rule",
+                                                             "so the shapes do not match"),
+}
+
 
 def _diff(ours: str, theirs: str) -> str:
     lines = difflib.unified_diff(theirs.splitlines(), ours.splitlines(), "upstream", "ours", n=1, lineterm="")
@@ -28,6 +37,12 @@ def _diff(ours: str, theirs: str) -> str:
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.id}@{c.chip}" for c in CASES])
 def test_public_call_lowers_to_upstreams_module(case: PublicCase, our_public_lowering, upstream_public):
     key = f"{case.id}@{case.chip}"
+    if case.id in FIXED_OVER_UPSTREAM:
+        error = upstream_public["errors"].get(key, "")
+        assert all(part in error for part in FIXED_OVER_UPSTREAM[case.id]), \
+            f"{key}: upstream no longer fails this call as recorded; drop the fix?\n{error[-600:]}"
+        assert mosaic_count(normalise(our_public_lowering(case))) >= 2, f"{key}: no backward Mosaic kernels"
+        return
     if key in upstream_public["errors"]:
         expected = upstream_public["errors"][key].strip().splitlines()
         message = next(line for line in reversed(expected) if ":" in line and not line.startswith((" ", "-", "For ")))

@@ -83,3 +83,25 @@ def test_bad_arguments_name_what_is_wrong(kernel):
         kernel.ops.ragged_dot(lhs[:, :64], rhs, jnp.asarray(SIZES), implementation="mosaic")
     with pytest.raises(ValueError, match="Unknown implementation"):
         kernel.ops.ragged_dot(lhs, rhs, jnp.asarray(SIZES), implementation="triton")
+
+
+@pytest.mark.parametrize("implementation", ["mosaic", None])
+def test_gradients_with_rhs_transposed(kernel, emulation, implementation):
+    """rhs [groups, n, k] (`ragged_dot_general` with rhs contracting on its last axis): a fix over
+    upstream 0.0.17, whose VJP returns that gradient as [groups, k, n] (jax.grad then fails)."""
+    lhs, rhs, dout = _operands()
+    rhs_t = np.ascontiguousarray(rhs.transpose(0, 2, 1))
+    dims = jax.lax.RaggedDotDimensionNumbers((([1], [2]), ([], [])), [0], [0])
+
+    def loss(lhs, rhs_t):  # noqa: ANN001, ANN202
+        out = kernel.ops.ragged_dot_general(lhs, rhs_t, jnp.asarray(SIZES), dims, precision=jax.lax.Precision.HIGHEST,
+                                            implementation=implementation)
+        return jnp.sum(out * dout), out
+
+    with emulation.interpret_on_cpu("v6e"), kernel.ops.config.cross_compile(True):
+        (_, out), (dlhs, drhs_t) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(lhs, rhs_t)
+    want_out, want_dlhs, want_drhs = _reference(lhs, rhs, dout, False)
+    assert drhs_t.shape == rhs_t.shape
+    np.testing.assert_allclose(np.asarray(out), want_out, **TOL)
+    np.testing.assert_allclose(np.asarray(dlhs), want_dlhs, **TOL)
+    np.testing.assert_allclose(np.asarray(drhs_t), want_drhs.transpose(0, 2, 1), **TOL)

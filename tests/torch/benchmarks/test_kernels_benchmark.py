@@ -71,3 +71,20 @@ def test_a_wrong_kernel_result_fails_verification(monkeypatch):
 
     with pytest.raises(RuntimeError, match="Verification failed for forward"):
         run_benchmark_class(Off, iterations=1, warmup=0, repo_id=str(VARIANT), is_local=True, revision="local")
+
+
+def test_workloads_run_on_cpu_tensors_where_kernels_detects_no_tpu():
+    """Without torch-tpu's backend, kernels' runner names the device of the torch build ("cuda" for the
+    CUDA-linked build on Python >= 3.12, also with no GPU): the workloads take CPU tensors instead, the
+    only other place this kernel's ops run; "tpu" and "cpu" are kept."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import workload
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    seen = {}
+    for name in ("cuda", "xpu", "cpu", "tpu"):
+        instance = workload.Workload()
+        instance.device = name
+        seen[name] = instance.device
+    assert seen == {"cuda": "cpu", "xpu": "cpu", "cpu": "cpu", "tpu": "tpu"}

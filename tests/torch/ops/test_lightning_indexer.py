@@ -49,6 +49,7 @@ def _case_tensors() -> list[torch.Tensor]:
 
 
 @pytest.mark.kernels_ci
+@pytest.mark.jax_floor
 def test_refuses_cpu_tensors_naming_the_interpreters_limit(ops, tokamax):
     tensors = _case_tensors()
     checks.refuses_on_cpu(lambda: ops.lightning_indexer_op(*_op_args(tensors, cases.TOPK)), "lightning_indexer")

@@ -52,6 +52,7 @@ def _cross_compile(tokamax):  # noqa: ANN001, ANN202
 
 
 @pytest.mark.kernels_ci
+@pytest.mark.jax_floor
 def test_says_which_jax_it_needs(ops):
     x, labels, w = _operands()
     if not HAS_TC_MESH:  # the Torch tier's jax 0.10.2: the newest that installs beside torch-tpu on 3.11

@@ -128,6 +128,7 @@ def test_the_torch_op_runs_upstreams_tuned_config(ops, tokamax):
 
 
 @pytest.mark.kernels_ci
+@pytest.mark.jax_floor
 def test_gmm_v2_says_why_it_cannot_run_here(ops):
     import jax
 

@@ -32,6 +32,7 @@ def test_refuses_on_cpu(ops):
 
 
 @pytest.mark.kernels_ci
+@pytest.mark.jax_floor
 def test_says_which_jax_it_needs(ops, tokamax):
     f = checks.family(ops, "topk")
     scores = jax.ShapeDtypeStruct((ROWS, N), jnp.float32)

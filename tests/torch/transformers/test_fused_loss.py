@@ -1,8 +1,9 @@
 """The fused causal-LM loss (`tokamax.use_fused_loss(model)`) against transformers' own loss path.
 
-The Torch tier's jax (0.10.2) cannot run upstream's cross-entropy kernels (they need jax >= 0.11.1;
-the JAX tier checks their values and gradients against float64, `tests/jax/lm_loss`). So here:
-
+- With the real op (upstream's cross-entropy kernels in interpret mode; jax >= 0.11.1, so the Python
+  3.12 tier, skipped with that reason on 3.11): tiny models of four families train one step to
+  transformers' loss and every gradient, mean- and `num_items_in_batch`-style, at sizes off the
+  lanes, and with tokamax's attention and experts too (against transformers' eager model);
 - the glue (label shift, ignored labels, `shift_labels`, `num_items_in_batch` and the mean, the
   gradients into the hidden states and the weight, padding to the kernel's lanes) runs with the
   kernel call, the per-row custom op, replaced by a float64 Torch reference of exactly that op's
@@ -21,9 +22,15 @@ import copy
 import pytest
 import torch
 import transformers
+from jax.experimental.pallas import tpu as pltpu
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .models import FAMILIES, tokens
+from .models import ATTENTION, FAMILIES, tokens
+
+needs_the_kernel = pytest.mark.skipif(
+    not hasattr(pltpu, "TensorCoreMesh"),
+    reason="upstream's cross-entropy kernels build pltpu.TensorCoreMesh (jax >= 0.11.1, Python >= 3.12); "
+           "the glue runs against the float64 stand-in below")
 
 VOCAB = 384  # no other size of these models, so a [tokens, vocab] tensor can be told apart in a graph
 # float32 on transformers' side (logits in float32), float64 in the reference: ~1e-6 relative.
@@ -122,6 +129,63 @@ def test_loss_and_gradients_equal_transformers(tokamax, reference_kernel, family
     assert got[0].logits is None and want[0].logits.shape == (2, 37, VOCAB)
     # the kernel got every position (2 x 37 rows), hidden states and the transposed weight
     assert reference_kernel == [((74, 256), (74,), (256, VOCAB))]
+
+
+@needs_the_kernel
+@pytest.mark.parametrize(("family", "reduction"), [
+    ("llama", "mean"), ("llama", "num_items_in_batch"), ("mixtral", "mean"), ("qwen3_moe", "num_items_in_batch"),
+    ("gpt_oss", "mean")])
+def test_the_real_op_trains_to_transformers_loss_and_gradients(tokamax, family, reduction):
+    """No stand-in: the op runs upstream's kernels (Pallas TPU interpret mode, float32)."""
+    plain, fused = _models(family, tokamax)
+    ids, mask, labels = _batch()
+    inputs = dict(input_ids=ids, attention_mask=mask, labels=labels)
+    if reduction == "num_items_in_batch":
+        inputs["num_items_in_batch"] = torch.tensor(61)
+    got, want = _loss_and_grads(fused, **inputs), _loss_and_grads(plain, **inputs)
+    _assert_same(got, want)
+    assert got[0].logits is None
+
+
+@pytest.mark.jax_floor
+def test_a_training_step_names_the_jax_it_needs(tokamax):
+    """On a jax without pltpu.TensorCoreMesh (0.10.2, Python 3.11) the step stops with the jax it needs;
+    on a newer one it trains (its values: the tests above)."""
+    _, fused = _models("llama", tokamax)
+    ids, mask, labels = _batch()
+    if hasattr(pltpu, "TensorCoreMesh"):
+        assert torch.isfinite(fused(input_ids=ids, attention_mask=mask, labels=labels).loss)
+    else:
+        with pytest.raises(RuntimeError, match=r"needs jax >= 0.11.1 \(pltpu.TensorCoreMesh\)"):
+            fused(input_ids=ids, attention_mask=mask, labels=labels)
+
+
+@needs_the_kernel
+def test_the_real_op_at_sizes_off_the_lanes(tokamax):
+    """Hidden 200 and a vocabulary of 300 reach upstream's kernels padded to 256 and 384."""
+    plain, fused = _models("llama", tokamax, hidden_size=200, num_attention_heads=4, head_dim=50, vocab_size=300)
+    ids, mask, labels = _batch()
+    ids, labels = ids % 300, labels.where(labels < 300, 7)
+    inputs = dict(input_ids=ids, attention_mask=mask, labels=labels)
+    _assert_same(_loss_and_grads(fused, **inputs), _loss_and_grads(plain, **inputs))
+
+
+@needs_the_kernel
+def test_attention_experts_and_the_fused_loss_together_train_as_eager(tokamax):
+    """Qwen3-MoE on tokamax's attention, experts and fused loss against transformers' eager model and
+    loss: one step's loss and every gradient (the attention kernel's float32 tolerance, 1e-3 / 1e-4)."""
+    plain, fused = _models("qwen3_moe", tokamax)
+    fused.set_attn_implementation(ATTENTION)
+    fused.set_experts_implementation(tokamax.register_experts())
+    plain.set_experts_implementation("eager")
+    ids, mask, labels = _batch()
+    inputs = dict(input_ids=ids, attention_mask=mask, labels=labels)
+    got, want = _loss_and_grads(fused, **inputs), _loss_and_grads(plain, **inputs)
+    torch.testing.assert_close(got[0].loss, want[0].loss, rtol=1e-3, atol=1e-4)
+    assert got[1].keys() == want[1].keys()
+    for name in want[1]:
+        torch.testing.assert_close(got[1][name], want[1][name], rtol=1e-3, atol=1e-4,
+                                   msg=lambda m, n=name: f"{n}: {m}")
 
 
 def test_moe_auxiliary_loss_tied_embeddings_and_shift_labels(tokamax, reference_kernel):

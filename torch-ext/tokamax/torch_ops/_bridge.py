@@ -60,18 +60,25 @@ def _cpu_kernel(jax_fn: Callable[..., Any], chip: str | None) -> Callable[..., A
 
 
 def register(name: str, jax_fn: Callable[..., Any], *, no_cpu: str | None = None,
-             donate_argnums: tuple[int, ...] | None = None) -> Any:
+             cpu_fn: Callable[..., Any] | None = None, donate_argnums: tuple[int, ...] | None = None,
+             mesh: Any = None, input_partition_specs: tuple | None = None,
+             output_partition_specs: tuple | None = None) -> Any:
     """The custom op `name` in this build's namespace, made from the annotated JAX function.
 
     CPU tensors run it in interpret mode (as the chip its `chip_for_tracing` pins, default
-    `emulation.cpu_chip()`), unless
-    `no_cpu` says why JAX's interpreter cannot; then a CPU call raises NotImplementedError with
-    that reason. `donate_argnums`: arguments whose TPU buffers the kernel may reuse for its outputs
-    (torch-tpu's `jax_op`; the tensors passed there are invalid after the call).
+    `emulation.cpu_chip()`), or run `cpu_fn` instead (same arguments and outputs: e.g. upstream's
+    pure-JAX reference where JAX's interpreter cannot run the kernel), unless `no_cpu` says why
+    neither can; then a CPU call raises NotImplementedError with that reason. `donate_argnums`:
+    arguments whose TPU buffers the kernel may reuse for its outputs (torch-tpu's `jax_op`; the
+    tensors passed there are invalid after the call). `mesh` and the partition specs: torch-tpu's
+    multi-chip `jax_op` (the function holds its own `shard_map` over that mesh).
     """
-    op = jax_op(add_op_namespace_prefix(name), jax_fn, donate_argnums=donate_argnums)
+    distributed = {} if mesh is None else dict(mesh=mesh, input_partition_specs=input_partition_specs,
+                                               output_partition_specs=output_partition_specs)
+    op = jax_op(add_op_namespace_prefix(name), jax_fn, donate_argnums=donate_argnums, **distributed)
     if no_cpu is None:
-        op.register_kernel("cpu", _cpu_kernel(jax_fn, getattr(jax_fn, "pinned_chip", None)))
+        cpu = jax_fn if cpu_fn is None else cpu_fn
+        op.register_kernel("cpu", _cpu_kernel(cpu, getattr(cpu, "pinned_chip", None)))
     else:
         def refuse(*args: Any) -> Any:
             raise NotImplementedError(f"tokamax {name} runs on TPU only: JAX's Pallas TPU interpreter cannot "
