@@ -33,3 +33,7 @@ for _module in families.values():
     globals().update({name: getattr(_module, name) for name in _module.__all__})
     __all__ += _module.__all__
 del _module
+
+from . import _sharding  # noqa: E402  (the DTensor rules need the op families loaded)
+
+_sharding.register()

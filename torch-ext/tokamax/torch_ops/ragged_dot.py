@@ -19,7 +19,7 @@ import torch
 
 from .. import ops, tuning
 from .._ported import gmm_v2 as _gmm_v2
-from . import _checks
+from . import _checks, _sharding
 from ._bridge import chip_for_tracing, register
 
 __all__ = ["gmm", "gmm_bwd_op", "gmm_op", "gmm_v2", "gmm_v2_op", "ragged_dot", "tgmm", "tgmm_op", "tgmm_v2",
@@ -164,6 +164,11 @@ def gmm(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, *, tran
     public op takes (the Mosaic kernel where it takes them, else upstream's XLA fallback).
     """
     _check_gmm("gmm", lhs, rhs, group_sizes, transpose_rhs)
+    if _sharding.is_dtensor(rhs):  # experts split over ranks: each rank's rows to its experts
+        from ._sharding import grouped_matmul
+
+        if grouped_matmul.wants_experts_split(lhs, rhs, group_sizes):
+            return grouped_matmul.experts_split_gmm(lhs, rhs, group_sizes, transpose_rhs=transpose_rhs)
     return gmm_op(lhs.contiguous(), rhs.contiguous(), group_sizes.contiguous(), transpose_rhs, _tuning_token())
 
 

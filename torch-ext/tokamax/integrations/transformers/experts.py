@@ -28,7 +28,13 @@ def experts_forward(self: torch.nn.Module, hidden_states: torch.Tensor, top_k_in
     num_top_k, (num_tokens, hidden) = top_k_index.size(-1), hidden_states.shape
     expert_ids, perm = torch.sort(top_k_index.reshape(-1), stable=True)
     x = hidden_states[perm // num_top_k]
-    sizes = torch.bincount(expert_ids, minlength=self.num_experts).to(torch.int32)
+    # expert parallelism by router masking: another rank's experts come as the sentinel num_experts
+    # (weight 0), sorted last, past the group sizes' sum, where the kernel leaves rows undefined
+    # forward and backward: masked on the way in and out
+    routed = (expert_ids < self.num_experts)[:, None] if getattr(self, "_is_expert_parallel", False) else None
+    sizes = torch.bincount(expert_ids, minlength=self.num_experts)[:self.num_experts].to(torch.int32)
+    if routed is not None:
+        x, expert_ids = torch.where(routed, x, 0), expert_ids.clamp(max=self.num_experts - 1)  # (bias rows)
     has_gate, has_bias = getattr(self, "has_gate", True), getattr(self, "has_bias", False)
     transposed = getattr(self, "is_transposed", False)
     weight = self.gate_up_proj if has_gate else self.up_proj
@@ -36,6 +42,8 @@ def experts_forward(self: torch.nn.Module, hidden_states: torch.Tensor, top_k_in
     proj = _grouped(x, weight, sizes, transposed, bias, expert_ids)
     proj = self._apply_gate(proj) if has_gate else self.act_fn(proj)
     out = _grouped(proj, self.down_proj, sizes, transposed, self.down_proj_bias if has_bias else None, expert_ids)
+    if routed is not None:
+        out = torch.where(routed, out, 0)
     if getattr(self, "has_post_expert_norm", False):
         out = self.post_expert_norm(out)
     out = out * top_k_weights.reshape(-1)[perm].unsqueeze(-1).to(out.dtype)

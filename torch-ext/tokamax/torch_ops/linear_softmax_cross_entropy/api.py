@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import _checks
+from .. import _checks, _sharding
 from .custom_ops import OP, linear_softmax_cross_entropy_loss_op, linear_softmax_cross_entropy_rows_op
 
 REDUCTIONS = ("sum", "mean", "none")
@@ -45,6 +45,11 @@ def linear_softmax_cross_entropy_loss(x: torch.Tensor, labels: torch.Tensor, w: 
     _checks.choice(OP, "reduction", reduction, REDUCTIONS)
     if ignore_index is not None and (not isinstance(ignore_index, int) or isinstance(ignore_index, bool)):
         raise TypeError(f"tokamax {OP}: ignore_index must be an int or None, got {type(ignore_index).__name__}")
+    if _sharding.is_dtensor(x, labels, w):  # rows or the vocabulary split over ranks (`_sharding.cross_entropy`)
+        from .._sharding import cross_entropy
+
+        return cross_entropy.loss(linear_softmax_cross_entropy_loss, x, labels, w, reduction=reduction,
+                                  ignore_index=ignore_index)
     x, labels, w = x.contiguous(), labels.contiguous(), w.contiguous()
     if ignore_index is None and _on_lanes(x, w):
         return linear_softmax_cross_entropy_loss_op(x, labels, w, reduction)

@@ -8,9 +8,11 @@ input through unchanged and `loss_function` is `causal_lm_loss` on it and `lm_he
 of the family's forward (its trunk, `logits_to_keep`, MoE auxiliary losses) runs as written, and the
 output holds no logits. So one wrapper serves every family, and nothing of a family's forward is
 copied. Evaluation, generation and steps without labels run the forward untouched (logits as
-before). Tied embeddings need nothing (the weight is shared). Refused: an `lm_head` with a bias, a
-final logit soft cap (Gemma 2/3), and a forward that changes the logits before its loss function or
-does not call it (each detected, with a message).
+before). Tied embeddings need nothing (the weight is shared). Under transformers' tensor-parallel
+plan the head's weight is a DTensor split over the vocabulary, and the loss is vocabulary-parallel
+(the kernel on each rank's shard, the shards combined across ranks: `torch_ops`' cross-entropy).
+Refused: an `lm_head` with a bias, a final logit soft cap (Gemma 2/3), and a forward that changes
+the logits before its loss function or does not call it (each detected, with a message).
 """
 
 from __future__ import annotations
@@ -69,12 +71,17 @@ def _hidden_states_as_logits(model: torch.nn.Module, head: torch.nn.Linear) -> I
 
     had_loss_function = "_loss_function" in model.__dict__
     previous = model.__dict__.get("_loss_function")
+    # a forward set on the instance (transformers' tensor-parallel plan installs one) is put back after
+    head_forward = head.__dict__.get("forward")
     head.forward = hand_through
     model.loss_function = fused_loss
     try:
         yield seen
     finally:
-        del head.forward
+        if head_forward is None:
+            del head.forward
+        else:
+            head.forward = head_forward
         if had_loss_function:
             model.loss_function = previous
         else:

@@ -1,0 +1,256 @@
+"""Torch ring attention (sequence parallel over torch-tpu's pallas mesh) on a CPU host.
+
+No TPU and no torch-tpu collectives here, so the op is checked where each part can be:
+- CPU tensors over a ring of one chip (a one-device mesh): values and gradients through the Torch
+  op and its autograd against float64 Torch attention;
+- torch-tpu's own TPU export of the ops for 4- and 8-chip meshes of torch-tpu's compile-only devices
+  (what `get_pallas_mesh` builds): one Mosaic kernel per ring step, `mhlo.num_partitions` = the mesh,
+  and the local output sizes torch-tpu derives from the export equal to the fake kernels';
+- the JAX functions those ops export, on 8 host CPU devices in interpret mode (ring_devices.py, in
+  a process of its own), against float64 attention over the whole sequence;
+- fakes with symbolic sizes, one compiled graph for two lengths, the refusal to make an op inside
+  torch.compile, and bad calls failing in the op's own words.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+
+import jax
+import numpy as np
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch_tpu._internal.pallas import pallas
+from torch_tpu._internal.pallas._mock_device import _PallasDevice
+
+from tests.conftest import REPO, VARIANT
+from tests.jax.sharded import host_devices
+from tests.torch import attention_reference as reference
+
+from . import checks
+
+OP = "ring_attention"
+TOL = dict(rtol=1e-4, atol=5e-5)  # f32 inputs; the kernel's online softmax reorders f32 sums (as splash's)
+
+
+def _cpu_mesh(axis: str = "sp") -> jax.sharding.Mesh:
+    return jax.sharding.Mesh(np.array(jax.devices("cpu")[:1]), (axis,))
+
+
+def _tpu_mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> jax.sharding.Mesh:
+    """A mesh of torch-tpu's compile-only TPU devices, rank i at position i, as `get_pallas_mesh` builds
+    it on a TPU host (where JAX itself sees no TPU either)."""
+    devices = [_PallasDevice(id=i, process_index=i, device_kind="TPU v6 lite") for i in range(int(np.prod(shape)))]
+    return jax.sharding.Mesh(np.array(devices).reshape(shape), names)
+
+
+@pytest.mark.parametrize(("causal", "batch", "heads", "kv_heads", "length", "segmented"),
+                         [(True, 2, 2, 1, 256, True), (False, 1, 2, 0, 128, False)],
+                         ids=["causal-gqa-segments", "full-mqa"])
+def test_ring_of_one_chip_on_cpu_tensors_matches_float64(ops, causal, batch, heads, kv_heads, length, segmented):
+    """The op and its autograd (upstream's ring backward) as float64 attention: a batch of 2 with GQA,
+    two documents per row, two blocks of keys (one masked out); or multi-query."""
+    q = checks.randn(batch, heads, length, 128, seed=1, scale=128**-0.5)
+    kv_shape = (batch, length, 128) if kv_heads == 0 else (batch, kv_heads, length, 128)
+    k, v = checks.randn(*kv_shape, seed=2, scale=128**-0.5), checks.randn(*kv_shape, seed=3)
+    ids = None
+    if segmented:
+        ids = torch.ones(batch, length, dtype=torch.int32)
+        ids[0, 90:] = 2
+        ids[1, 200:] = 3
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    out = ops.ring_attention(q, k, v, mesh=_cpu_mesh(), causal=causal, segment_ids=ids)
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in leaves)
+    kk, vv = (k64[:, None], v64[:, None]) if kv_heads == 0 else (k64, v64)
+    allowed = reference.allowed(torch.arange(length).expand(batch, length), length,
+                                kind="causal" if causal else "full", q_ids=ids, kv_ids=ids)
+    ref = reference.attention(q64, kk, vv, allowed)
+    torch.testing.assert_close(out.double(), ref.detach(), **TOL)
+    cotangent = checks.randn(*out.shape, seed=4)
+    (out * cotangent).sum().backward()
+    (ref * cotangent.double()).sum().backward()
+    for name, got, want in zip("qkv", leaves, (q64, k64, v64), strict=True):
+        torch.testing.assert_close(got.grad.double(), want.grad, **TOL, msg=lambda m, n=name: f"d{n}: {m}")
+
+
+# (mesh shape, axis names, options, batch, heads, kv heads (0: multi-query), segment ids)
+_EXPORTS = {
+    "4-chips-causal": ((4,), ("sp",), dict(causal=True), 2, 4, 4, False),
+    "8-chips-causal-gqa-segments": ((8,), ("sp",), dict(causal=True), 1, 4, 2, True),
+    "8-chips-dp2-sp4-full-mqa": ((2, 4), ("dp", "sp"), dict(causal=False, batch_axis="dp", mqa=True), 1, 2, 0, False),
+    "8-chips-tp2-sp4-causal": ((2, 4), ("tp", "sp"), dict(causal=True, head_axis="tp"), 1, 2, 2, False),
+}
+
+
+def _local_args(batch: int, heads: int, kv_heads: int, segmented: bool) -> list:
+    """One rank's shards (meta tensors, bf16): q, k, v, segment ids."""
+    kv_shape = (batch, 256, 128) if kv_heads == 0 else (batch, kv_heads, 256, 128)
+    ids = torch.zeros(batch, 256, dtype=torch.int32, device="meta") if segmented else None
+    return [checks.meta(batch, heads, 256, 128, dtype=torch.bfloat16), checks.meta(*kv_shape, dtype=torch.bfloat16),
+            checks.meta(*kv_shape, dtype=torch.bfloat16), ids]
+
+
+_FUNC = re.compile(r"^  func\.func (?:public |private )?@([\w$.-]+)\(", re.M)
+_CALL = re.compile(r"\bcall @([\w$.-]+)\(")
+
+
+def _kernel_launches(stablehlo: str) -> int:
+    """Mosaic kernel calls a run of @main makes, through the private functions it calls (jax 0.10
+    outlines the ring's unrolled steps into one function called once per step; jax 0.12 inlines them)."""
+    starts = list(_FUNC.finditer(stablehlo))
+    bodies = {m.group(1): stablehlo[m.end():(starts[i + 1].start() if i + 1 < len(starts) else None)]
+              for i, m in enumerate(starts)}
+
+    def launches(name: str) -> int:
+        body = bodies[name]
+        return body.count("@tpu_custom_call(") + sum(launches(callee) for callee in _CALL.findall(body))
+
+    return launches("main")
+
+
+def _torch_tpu_export(op, args: list) -> tuple[str, list[tuple]]:  # noqa: ANN001
+    """What torch-tpu does on a TPU host at the op's first call: the StableHLO it exports for these
+    shards and the local output sizes it derives from the export and the output specs."""
+    jax_callable = op._init_fn
+    params = inspect.signature(jax_callable.jit_fn).parameters
+    assert len(jax_callable.input_partition_specs) == len(params), "one partition spec per argument"
+    norm_args, norm_kwargs = jax_callable._normalize_invocation_args(args, {})
+    placeholders, _ = jax_callable._get_jax_placeholders(norm_args, norm_kwargs)
+    with jax._src.config.export_ignore_forward_compatibility(True):
+        exported = jax_callable.exported(*placeholders)
+    specs = jax_callable.output_partition_specs
+    local = [tuple(pallas.torch_placeholder(aval, mesh=jax_callable.mesh, partition_spec=spec, device="meta").shape)
+             for aval, spec in zip(exported.out_avals, specs, strict=True)]
+    return exported.mlir_module(), local
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("case", list(_EXPORTS))
+def test_torch_tpu_export_for_a_mesh_and_local_fakes(ops, tokamax, case):
+    """Forward and backward: one Mosaic kernel per ring step (the K/V shard it holds), the module
+    partitioned over the whole mesh, and this rank's output sizes from the export equal to the fakes'."""
+    shape, names, options, batch, heads, kv_heads, segmented = _EXPORTS[case]
+    mesh = _tpu_mesh(shape, names)
+    ring = ops.ring_attention_ops(mesh, **options)
+    checks.assert_in_build_namespace(tokamax, ring.forward, ring.backward)
+    q, k, v, ids = _local_args(batch, heads, kv_heads, segmented)
+    rows = checks.meta(*q.shape[:-1])
+    for op, args in ((ring.forward, [q, k, v, ids]), (ring.backward, [q, k, v, ids, q, rows, q])):
+        text, local = _torch_tpu_export(op, args)
+        assert _kernel_launches(text) == mesh.shape["sp"], f"{op}: one kernel per ring step"
+        assert f"mhlo.num_partitions = {mesh.size} : i32" in text
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fakes = op(*[a if a is None else mode.from_tensor(a) for a in args])
+        assert [tuple(f.shape) for f in fakes] == local, f"{op}: fakes {[f.shape for f in fakes]}, export {local}"
+    assert local == [tuple(q.shape), tuple(k.shape), tuple(v.shape)]
+
+
+@pytest.mark.kernels_ci
+def test_traces_with_symbolic_sizes_and_compiles_once(ops):
+    mesh = _cpu_mesh()
+    ops.ring_attention_ops(mesh)  # made before compiling, as users must
+
+    def step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return ops.ring_attention(q, k, v, mesh=mesh, segment_ids=ids)
+
+    def meta(length: int) -> tuple:
+        return (*(checks.meta(2, 2, length, 128) for _ in range(3)), torch.zeros(2, length, dtype=torch.int32,
+                                                                                device="meta"))
+
+    checks.traces_symbolically(step, *meta(256))
+    checks.compiles_once_for_two_sizes(step, meta(256), meta(512))
+
+
+@pytest.mark.kernels_ci
+def test_an_op_first_made_inside_torch_compile_is_refused(ops):
+    mesh = _cpu_mesh("fresh")  # an axis name no other test uses: this layout has no op yet
+    compiled = torch.compile(lambda q: ops.ring_attention(q, q, q, mesh=mesh, axis_name="fresh"), fullgraph=True,
+                             backend="eager")
+    torch._dynamo.reset()
+    try:
+        with pytest.raises(Exception, match="cannot happen inside torch.compile") as info:
+            compiled(checks.meta(1, 2, 128, 128))
+    finally:
+        torch._dynamo.reset()
+    assert f"tokamax {OP}: the op for this mesh and these options is made on first use" in str(info.value)
+
+
+def _q(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.zeros(*shape, dtype=dtype, device="meta")
+
+
+_ONE = _cpu_mesh()
+_BAD_CALLS = [
+    (lambda o: o.ring_attention(_q(1, 2, 128, 128), _q(1, 2, 128, 128), _q(1, 2, 128, 128),
+                                mesh=_tpu_mesh((8,), ("sp",))),
+     ValueError, "the mesh holds 8 chips but the job's world size is 1"),
+    (lambda o: o.ring_attention(torch.zeros(1, 2, 128, 128), torch.zeros(1, 2, 128, 128), torch.zeros(1, 2, 128, 128),
+                                mesh=_ONE, axis_name="ring"),
+     ValueError, "axis_name 'ring' is not an axis of the mesh ('sp',)"),
+    (lambda o: o.ring_attention(_q(1, 2, 128, 128), _q(1, 2, 128, 128), _q(1, 2, 128, 128),
+                                mesh=_tpu_mesh((2, 4), ("dp", "sp"))),
+     ValueError, "the mesh's axes ['dp'] shard nothing"),
+    (lambda o: o.ring_attention(_q(1, 2, 128, 128), _q(1, 2, 128, 128), _q(1, 2, 128, 128), mesh="sp"),
+     TypeError, "mesh must be a jax.sharding.Mesh"),
+    (lambda o: o.ring_attention(_q(1, 2, 100, 128), _q(1, 2, 100, 128), _q(1, 2, 100, 128), mesh=_ONE),
+     ValueError, "this rank's sequence shard (q's local_len 100) must be a multiple of 128"),
+    (lambda o: o.ring_attention(_q(2, 128, 128), _q(2, 128, 128), _q(2, 128, 128), mesh=_ONE),
+     ValueError, "q must be [batch, heads, local_len, head_dim] (this rank's sequence shard)"),
+    (lambda o: o.ring_attention(_q(1, 2, 128, 128), _q(1, 2, 256, 128), _q(1, 2, 256, 128), mesh=_ONE),
+     ValueError, "k's local_len 256 differs from q's 128"),
+    (lambda o: o.ring_attention(_q(1, 2, 128, 128), _q(1, 3, 128, 128), _q(1, 3, 128, 128), mesh=_ONE),
+     ValueError, "q's 2 heads must be a multiple of k's 3"),
+    (lambda o: o.ring_attention(_q(1, 2, 128, 128), _q(1, 2, 128, 64), _q(1, 2, 128, 64), mesh=_ONE),
+     ValueError, "head_dim differs: q 128, k 64"),
+    (lambda o: o.ring_attention(_q(1, 2, 128, 128), _q(1, 2, 128, 128), _q(1, 2, 128, 128), mesh=_ONE,
+                                segment_ids=torch.zeros(1, 256, dtype=torch.int32, device="meta")),
+     ValueError, "segment_ids must be [batch, local_len] = [1, 128]"),
+    (lambda o: o.ring_attention(_q(1, 2, 128, 128), _q(1, 2, 128, 128), _q(1, 2, 128, 128, dtype=torch.int32),
+                                mesh=_ONE),
+     TypeError, "v must be bfloat16 or float32"),
+    (lambda o: o.ring_attention(*(torch.zeros(1, 2, 128, 128) for _ in range(3)), mesh=_tpu_mesh((2, 4), ("dp", "sp")),
+                                batch_axis="sp"),
+     ValueError, "axis_name, batch_axis and head_axis must be different axes"),
+]
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(("call", "error", "message"), _BAD_CALLS, ids=[m for _, _, m in _BAD_CALLS])
+def test_bad_calls_fail_with_the_ops_own_message(ops, call, error, message):
+    with pytest.raises(error, match=f"tokamax {OP}") as info:
+        call(ops)
+    assert message in str(info.value)
+
+
+@pytest.mark.kernels_ci
+def test_cpu_tensors_refuse_a_ring_of_several_chips(ops):
+    """Over gloo a rank of several holds CPU tensors, but the K/V shards travel through torch-tpu's
+    collectives, which CPU tensors lack: the op says so (mesh size = world size checked first)."""
+    ring = ops.ring_attention_ops(_tpu_mesh((4,), ("sp",)))
+    q = torch.zeros(1, 2, 128, 128)
+    with pytest.raises(NotImplementedError, match=f"tokamax {OP}: CPU tensors run a ring of one chip only"):
+        ring.forward(q, q, q, None)
+
+
+# Per-check silence after which the child counts as stalled: a healthy check takes 30-70 s here
+# (more when other jobs share the two cores).
+STALL_S = 300
+# ring_devices.CASES -> what each reports (the dp x sp case forward only, to keep the run short; MQA's
+# backward is checked on a ring of one above)
+DEVICE_CHECKS = {"ring8-causal-gqa-segments": {"out", "lse", "dq", "dk", "dv"}, "dp2-ring4-full-mqa": {"out", "lse"}}
+
+
+def test_exported_functions_on_8_host_devices_match_float64_attention(tokamax):
+    """Over a ring of 8 (causal, GQA, documents cut across shards: out, logsumexp, dq, dk, dv) and a dp=2 x
+    sp=4 mesh (full, MQA, the batch sharded: out, logsumexp) as float64 attention on the whole sequence."""
+    results = host_devices.run(sys.executable, REPO / "tests/torch/ops/ring_devices.py", list(DEVICE_CHECKS),
+                               stall_s=STALL_S, env={"LOCAL_KERNELS": f"kernels-community/tokamax={VARIANT}"})
+    for check, result in results.items():
+        assert result["devices"] == 8, check
+        assert set(result["errors"]) == DEVICE_CHECKS[check], check
+        for name, err in result["errors"].items():
+            assert err["excess"] <= 0, (f"{check} {name}: max |diff| {err['max_abs']:.3g} over the tolerance "
+                                        f"(reference max {err['max_ref']:.3g})")

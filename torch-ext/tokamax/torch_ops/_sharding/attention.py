@@ -1,0 +1,101 @@
+"""DTensor sharding rules of the splash-attention custom ops (`splash_op`, its backward, `splash_at_op`):
+the kernel runs on each rank's shard unchanged when q is split over the batch (k, v, segment ids
+with it) or over the heads (k and v over their key/value heads, so each rank keeps whole groups of
+grouped-query attention; multi-query k and v, and segment ids, replicated; sinks split with the
+heads); or everything replicated. No collective: the outputs (and in the backward the gradients)
+stay split the same way; the sinks' gradient of a batch split is each rank's partial sum.
+
+q decides: the other tensors are redistributed to match it (DTensor's own choice, e.g. a local
+chunk of a replicated k). A q split over its sequence or head_dim, or a Partial q, is refused: a
+query needs every key of its row, which this kernel only has on one rank.
+"""
+
+from __future__ import annotations
+
+from torch.distributed.tensor.experimental import register_sharding
+
+from ..splash_attention import custom_ops
+from .placements import Partial, Replicate, Shard, describe, one_dim_mesh, placement, refuse, shard_dim
+
+__all__ = ["register"]
+
+OP = "splash_attention"
+
+
+def _layout(q: object, k: object) -> str:
+    """"batch", "heads" or "replicated": q's split, checked."""
+    one_dim_mesh(OP, {"q": q, "k": k})
+    p = placement(q)
+    dim = shard_dim(p, 4)
+    if p == Replicate():
+        return "replicated"
+    if dim == 0:
+        return "batch"
+    if dim == 1:
+        world, heads = q.mesh.size(), q.shape[1]
+        kv_heads = k.shape[1] if len(k.shape) == 4 else None
+        if heads % world or (kv_heads is not None and kv_heads % world):
+            kv = "" if kv_heads is None else f" and k's {kv_heads} key/value heads"
+            raise refuse(OP, f"q is split over its heads (Shard(1)) on {world} ranks, but q's {heads} heads{kv} do "
+                             f"not divide by {world}: split over the batch (Shard(0)) instead, or use a mesh whose "
+                             "size divides the key/value heads")
+        return "heads"
+    what = {2: "its sequence (Shard(2))", 3: "head_dim (Shard(3))"}.get(dim, describe([p]))
+    raise refuse(OP, f"q is split over {what}; the kernel needs every key of a query's row on one rank, so it "
+                     "takes q split over the batch (Shard(0)) or the heads (Shard(1)), or replicated: redistribute "
+                     "q (and k, v) to one of those (a sequence split needs ring attention, which passes keys "
+                     "between ranks)")
+
+
+def _inputs(layout: str, k: object, q_ids: object, kv_ids: object, sinks: object) -> list:
+    """Placements of (q, k, v, q_ids, kv_ids) and of sinks."""
+    if layout == "replicated":
+        tensor = ids = sink = Replicate()
+        kv = Replicate()
+    elif layout == "batch":
+        tensor = kv = ids = Shard(0)
+        sink = Replicate()
+    else:
+        tensor, ids, sink = Shard(1), Replicate(), Shard(0)
+        kv = Shard(1) if len(k.shape) == 4 else Replicate()
+    return [tensor, kv, kv, None if q_ids is None else ids, None if kv_ids is None else ids,
+            None if sinks is None else sink]
+
+
+def _outputs(layout: str) -> tuple:
+    """Placements of out and of the per-row statistics (max logits, logsumexp)."""
+    split = {"replicated": Replicate(), "batch": Shard(0), "heads": Shard(1)}[layout]
+    return split, split
+
+
+def _splash(q: object, k: object, v: object, q_ids: object, kv_ids: object, sinks: object, *statics: object) -> list:
+    layout = _layout(q, k)
+    out, stats = _outputs(layout)
+    return [([out, stats, stats], _inputs(layout, k, q_ids, kv_ids, sinks) + [None] * len(statics))]
+
+
+def _splash_bwd(q: object, k: object, v: object, q_ids: object, kv_ids: object, sinks: object, out: object,
+                max_logits: object, lse: object, grad: object, *statics: object) -> list:
+    layout = _layout(q, k)
+    o, stats = _outputs(layout)
+    inputs = _inputs(layout, k, q_ids, kv_ids, sinks)
+    if sinks is None:
+        d_sinks = Replicate()  # zeros [1] on every rank
+    else:
+        d_sinks = {"replicated": Replicate(), "batch": Partial(), "heads": Shard(0)}[layout]
+    return [([inputs[0], inputs[1], inputs[2], d_sinks], inputs + [o, stats, stats, o] + [None] * len(statics))]
+
+
+def _splash_at(q: object, k: object, v: object, q_ids: object, kv_ids: object, q_offset: object, sinks: object,
+               *statics: object) -> list:
+    layout = _layout(q, k)
+    out, _ = _outputs(layout)
+    inputs = _inputs(layout, k, q_ids, kv_ids, sinks)
+    return [([out], inputs[:5] + [Replicate(), inputs[5]] + [None] * len(statics))]
+
+
+def register() -> None:
+    """Registers the three ops' rules with DTensor."""
+    register_sharding(custom_ops.splash_op._opoverload)(_splash)
+    register_sharding(custom_ops.splash_bwd_op._opoverload)(_splash_bwd)
+    register_sharding(custom_ops.splash_at_op._opoverload)(_splash_at)

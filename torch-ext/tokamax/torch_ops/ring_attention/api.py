@@ -1,0 +1,105 @@
+"""`ring_attention`, what users call on this rank's sequence shard, and `ring_attention_ops`, which
+makes the ops for a mesh ahead of `torch.compile`: argument and mesh checks, each failure naming
+the argument."""
+
+from __future__ import annotations
+
+import jax
+import torch
+
+from .. import _checks
+from . import sharded
+from .custom_ops import OP, RingOps, ops_for
+
+
+def _world_size() -> int:
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _layout(mesh: jax.sharding.Mesh, axis_name: str, batch_axis: str | None, head_axis: str | None, mqa: bool,
+            causal: bool) -> sharded.Layout:
+    """The mesh's layout, checked: a Mesh, each named axis in it once, every axis of it named."""
+    if not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(f"tokamax {OP}: mesh must be a jax.sharding.Mesh (on a TPU host: "
+                        f"torch.tpu.pallas.get_pallas_mesh), got {type(mesh).__name__}")
+    named = {"axis_name": axis_name, "batch_axis": batch_axis, "head_axis": head_axis}
+    for name, axis in named.items():
+        if axis is not None and axis not in mesh.axis_names:
+            raise ValueError(f"tokamax {OP}: {name} {axis!r} is not an axis of the mesh {mesh.axis_names}")
+    used = [axis for axis in named.values() if axis is not None]
+    if len(set(used)) != len(used):
+        raise ValueError(f"tokamax {OP}: axis_name, batch_axis and head_axis must be different axes, got "
+                         f"{axis_name!r}, {batch_axis!r}, {head_axis!r}")
+    unused = [axis for axis in mesh.axis_names if axis not in used and mesh.shape[axis] > 1]
+    if unused:
+        raise ValueError(f"tokamax {OP}: the mesh's axes {unused} shard nothing; every rank holds a different "
+                         "shard, so name each axis of more than one chip as axis_name (the sequence), batch_axis "
+                         "or head_axis")
+    return sharded.Layout(mesh, axis_name, batch_axis, head_axis, mqa, bool(causal))
+
+
+def ring_attention_ops(mesh: jax.sharding.Mesh, *, axis_name: str = "sp", causal: bool = True, mqa: bool = False,
+                       batch_axis: str | None = None, head_axis: str | None = None) -> RingOps:
+    """The forward and backward custom ops `ring_attention` runs for this mesh and these options (`mqa`:
+    k and v without a head axis), made now: call it before `torch.compile`, which cannot register ops."""
+    return ops_for(_layout(mesh, axis_name, batch_axis, head_axis, mqa, causal))
+
+
+def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segment_ids: torch.Tensor | None) -> bool:
+    """q, k, v (and the segment ids) agree; returns whether k and v are multi-query."""
+    _checks.tensors(OP, ("segment_ids",), q=q, k=k, v=v, segment_ids=segment_ids)
+    _checks.floats(OP, q=q, k=k, v=v)
+    _checks.rank(OP, "q", q, (4,), "[batch, heads, local_len, head_dim] (this rank's sequence shard)")
+    _checks.rank(OP, "k", k, (3, 4), "[batch, kv_heads, local_len, head_dim] or [batch, local_len, head_dim]")
+    if v.shape[:-1] != k.shape[:-1]:
+        raise ValueError(f"tokamax {OP}: v must match k's shape {tuple(k.shape[:-1])} but for head_dim, "
+                         f"got {tuple(v.shape)}")
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"tokamax {OP}: k's batch {k.shape[0]} differs from q's {q.shape[0]}")
+    if k.shape[-2] != q.shape[2]:
+        raise ValueError(f"tokamax {OP}: k's local_len {k.shape[-2]} differs from q's {q.shape[2]}; ring attention "
+                         "is self-attention over one sequence, sharded alike on every rank")
+    heads, kv_heads = q.shape[1], k.shape[1] if k.dim() == 4 else 1
+    if heads % kv_heads:
+        raise ValueError(f"tokamax {OP}: q's {heads} heads must be a multiple of k's {kv_heads}")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"tokamax {OP}: head_dim differs: q {q.shape[-1]}, k {k.shape[-1]}")
+    if q.shape[2] % sharded.BLOCK:
+        raise ValueError(f"tokamax {OP}: this rank's sequence shard (q's local_len {q.shape[2]}) must be a multiple "
+                         f"of {sharded.BLOCK}, the ring kernel's block; pad the sequence (segment ids mask padding)")
+    if segment_ids is not None:
+        _checks.dtype(OP, "segment_ids", segment_ids, (torch.int32,))
+        _checks.shape(OP, "segment_ids", segment_ids, (q.shape[0], q.shape[2]), "[batch, local_len]")
+    return k.dim() == 3
+
+
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mesh: jax.sharding.Mesh,
+                   axis_name: str = "sp", causal: bool = True, segment_ids: torch.Tensor | None = None,
+                   batch_axis: str | None = None, head_axis: str | None = None) -> torch.Tensor:
+    """Ring attention (upstream's ring kernel, sequence parallel), softmax(q k^T, masked) v, no scaling.
+
+    Each rank passes its shard of the sequence: q [batch, heads, local_len, head_dim], k, v [batch,
+    kv_heads, local_len, head_dim] (kv_heads dividing heads) or [batch, local_len, head_dim] (multi-query),
+    rank r holding positions [r * local_len, (r + 1) * local_len) of `axis_name` (local_len a multiple of
+    128); K/V shards travel round the ring, and each rank gets its queries' output [batch, heads,
+    local_len, head_dim]. `mesh` spans every rank (torch-tpu's `get_pallas_mesh`); its other axes shard
+    the batch (`batch_axis`) or the heads (`head_axis`). Causal over the whole sequence (default) or full;
+    `segment_ids` (int32 [batch, local_len], this rank's shard) keep attention within equal ids.
+    Differentiable in q, k and v (upstream's ring backward). The ops are made per mesh and options on
+    first use: make them before `torch.compile` with `ring_attention_ops`.
+    """
+    mqa = _check_tensors(q, k, v, segment_ids)
+    layout = _layout(mesh, axis_name, batch_axis, head_axis, mqa, causal)
+    world = _world_size()
+    if mesh.size != world:
+        raise ValueError(f"tokamax {OP}: the mesh holds {mesh.size} chips but the job's world size is {world}; "
+                         "torch-tpu runs one process per chip and the mesh must span them all")
+    if q.device.type == "cpu" and mesh.size > 1:
+        raise NotImplementedError(f"tokamax {OP}: CPU tensors run a ring of one chip only (a mesh of size 1); "
+                                  "across chips the K/V shards travel through torch-tpu's collectives, which only "
+                                  "TPU tensors have")
+    ops = ops_for(layout)
+    ids = None if segment_ids is None else segment_ids.contiguous()
+    out, _ = ops.forward(q.contiguous(), k.contiguous(), v.contiguous(), ids)
+    return out
