@@ -1,6 +1,6 @@
 """All benchmarks in one run, side by side: load, footprint, port, bridge, config choice, autotuning
 machinery, attention
-(window masks' module size, decode reads, generate() exports), test tiers.
+(window masks' module size, decode reads, generate() exports, continuous batching's reads and exports), test tiers.
 
     ./bench.sh [--runs 9] [--json build/benchmarks.json]
 
@@ -141,7 +141,8 @@ def attention(pythons: dict[str, str]) -> dict:
                               "upstream": _probe_json(pythons["upstream"], "window_module_size.py", "upstream")},
             "decode_reads": _probe_json(pythons["jax-tier"], "decode_reads.py", str(VARIANT)),
             "generate": _probe_json(pythons["torch-tier"], "generate_exports.py", str(VARIANT), torch_tier=True),
-            "fused_loss": _probe_json(pythons["torch-tier"], "fused_loss_memory.py", str(VARIANT), torch_tier=True)}
+            "fused_loss": _probe_json(pythons["torch-tier"], "fused_loss_memory.py", str(VARIANT), torch_tier=True),
+            "paged_serving": _probe_json(pythons["torch-tier"], "paged_serving.py", str(VARIANT), torch_tier=True)}
 
 
 def _env() -> dict:
@@ -230,6 +231,20 @@ def table(results: dict) -> str:
         rows.append((f"LM loss step, peak activation bytes (traced), {name}",
                      f"{loss[name]['peak_bytes'] / 2**30:.1f} GiB",
                      f"{size}; largest {loss[name]['largest_shape']} {loss[name]['largest_bytes'] / 2**30:.1f} GiB"))
+    serving = att["paged_serving"]
+    for name, layer in serving["reads"].items():
+        fills = [label for label in layer if "mixed" not in label]
+        ours = ", ".join(f"{layer[f]['batched_rpa']['bytes'] / 1e6:.1f}" for f in fills)
+        theirs = ", ".join(f"{layer[f]['paged_eager_or_sdpa']['total'] / 1e6:.0f}" for f in fills)
+        ratio = layer[fills[-1]]["paged_eager_or_sdpa"]["total"] / layer[fills[-1]]["batched_rpa"]["bytes"]
+        rows.append((f"continuous batching decode step, {name}, {' / '.join(fills)}: K/V MB read, batched_rpa",
+                     ours, f"paged|eager / sdpa: {theirs} MB ({ratio:.0f}x: whole-KV gather + K/V repeated per "
+                     "q head)"))
+    runs = {n: r for n, r in serving["exports"].items() if n != "bound"}
+    rows.append(("generate_batch exports (batched_rpa), " + " / ".join(f"{n} requests" for n in runs),
+                 ", ".join(str(r["exports"]) for r in runs.values()),
+                 f"<= {serving['exports']['bound']} by the buckets; shapes without buckets: "
+                 + ", ".join(str(r["shapes_without_buckets"]) for r in runs.values())))
     for tier, t in results["test_tiers"].items():
         rows.append((f"test tier {tier} (CPU, interpret mode), last ./test.sh", f"{t['seconds']:.0f} s",
                      f"{t['tests']} tests"))

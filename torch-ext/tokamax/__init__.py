@@ -57,9 +57,11 @@ HELPER_MODULES = ("emulation", "integrations", "layers", "lm_loss", "ops", "spla
 
 # transformers' entry points (need torch, torch-tpu and transformers): the attention function that
 # `attn_implementation="kernels-community/tokamax:attention"` loads, the experts registration, and
-# the fused LM loss (`tokamax.use_fused_loss(model)`).
+# the fused LM loss (`tokamax.use_fused_loss(model)`), and the paged attention continuous batching
+# loads (`...:flash_paged`).
 FUNCTIONS = {"attention": ".integrations.transformers", "flash_attn_forward": ".integrations.transformers",
-             "register_experts": ".integrations.transformers", "use_fused_loss": ".integrations.transformers"}
+             "flash_paged": ".integrations.transformers", "register_experts": ".integrations.transformers",
+             "use_fused_loss": ".integrations.transformers"}
 
 __all__ = ["KERNEL_MODULES", "TOKAMAX_VERSION", "__version__", *KERNEL_MODULES, *HELPER_MODULES, *FUNCTIONS]
 

@@ -1,6 +1,8 @@
-"""The Torch batched ragged paged attention op (`batched_rpa`): TPU only (JAX's interpreter cannot run the
-kernel, tests/jax/cases/batched_rpa.py), so no values on CPU; its fake against JAX's shapes, symbolic sizes,
-one graph for two token counts, upstream's Op in the TPU lowering, the CPU refusal and the argument checks.
+"""The Torch batched ragged paged attention op (`batched_rpa`): on CPU tensors it runs upstream's pure-JAX
+reference (JAX's interpreter cannot run the Mosaic kernel, tests/jax/cases/batched_rpa.py), checked here against a
+float64 Torch paged attention (outputs and the cache it writes), and it refuses what that reference does not
+implement; its fake against JAX's shapes, symbolic sizes, one graph for two token counts, upstream's Op in the TPU
+lowering and the argument checks.
 """
 
 from __future__ import annotations
@@ -36,18 +38,71 @@ def _op_args(tensors: list[torch.Tensor], **options: object) -> list[object]:
     return [*tensors, *{**_DEFAULTS, **options}.values()]
 
 
+def _paged_attention_f64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: torch.Tensor, kv_lens: list[int],
+                         page_indices: torch.Tensor, cu_q_lens: list[int], active: int, sm_scale: float
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Paged attention in float64, written from the op's contract: each sequence's new keys and values go to
+    positions [kv_len - q_len, kv_len) of its pages (K of head h at 2h, V at 2h + 1), then each new token attends
+    causally (bottom-right) to its sequence's first kv_len positions; grouped-query heads share their KV head.
+    Returns the live rows' outputs (zeros elsewhere) and the updated cache."""
+    q, k, v, cache = (t.double() for t in (q, k, v, cache))
+    cache = cache.clone()
+    page, heads, kv_heads = cache.shape[1], q.shape[1], k.shape[1]
+    per_seq = page_indices.shape[0] // len(kv_lens)
+    out = torch.zeros_like(q)
+    for s in range(active):
+        start, end, kv_len = cu_q_lens[s], cu_q_lens[s + 1], kv_lens[s]
+        pages = page_indices[s * per_seq:(s + 1) * per_seq].long()
+        for i, t in enumerate(range(start, end)):
+            pos = kv_len - (end - start) + i
+            cache[pages[pos // page], pos % page, 0::2] = k[t]
+            cache[pages[pos // page], pos % page, 1::2] = v[t]
+        seq = cache[pages].flatten(0, 1)[:kv_len]  # [kv_len, 2 * kv_heads, dim]
+        keys, values = seq[:, 0::2].repeat_interleave(heads // kv_heads, 1), seq[:, 1::2].repeat_interleave(
+            heads // kv_heads, 1)
+        for i, t in enumerate(range(start, end)):
+            pos = kv_len - (end - start) + i
+            scores = torch.einsum("hd,khd->hk", q[t], keys[:pos + 1]) * sm_scale
+            out[t] = torch.einsum("hk,khd->hd", scores.softmax(-1), values[:pos + 1])
+    return out, cache
+
+
 @pytest.mark.kernels_ci
-def test_refuses_cpu_tensors_naming_the_interpreters_limit(ops, tokamax):
-    arrays = cases._inputs()  # a decode and a mixed sequence over a scattered paged cache
-    tensors = [torch.from_numpy(np.asarray(a, np.float32)).to(torch.bfloat16) if a.dtype != np.int32
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_cpu_runs_upstreams_reference_matching_a_float64_paged_attention(ops, tokamax, dtype, tol):
+    """A decode and a mixed sequence over a scattered paged cache, 16 rows of which 9 are live (tests/jax/cases):
+    the live rows' outputs and the whole updated cache against float64 paged attention."""
+    arrays = cases._inputs()
+    tensors = [torch.from_numpy(np.asarray(a, np.float32)).to(dtype) if a.dtype != np.int32
                else torch.from_numpy(a) for a in arrays]
-    checks.refuses_on_cpu(lambda: ops.batched_rpa(*tensors, sm_scale=cases.D**-0.5), "batched_rpa")
+    q, k, v, cache, kv_lens, page_indices, cu_q_lens, distribution = tensors
+    out, new_cache = ops.batched_rpa(*tensors, sm_scale=cases.D**-0.5)
+    want, want_cache = _paged_attention_f64(q, k, v, cache, kv_lens.tolist(), page_indices, cu_q_lens.tolist(),
+                                            int(distribution[2]), cases.D**-0.5)
+    live = int(cu_q_lens[int(distribution[2])])
+    assert (out.shape, out.dtype, new_cache.shape, new_cache.dtype) == (q.shape, dtype, cache.shape, dtype)
+    torch.testing.assert_close(out[:live].double(), want[:live], rtol=tol, atol=tol)
+    # The cache only moves values: written slots hold the new keys and values exactly, the rest is unchanged.
+    assert torch.equal(new_cache.double(), want_cache)
+    assert not torch.equal(new_cache, cache)  # the call wrote something
     checks.assert_in_build_namespace(tokamax, ops.batched_rpa_op)
 
 
 @pytest.mark.kernels_ci
+@pytest.mark.parametrize("options", [{"attention_scope": "cache_only"},
+                                     {"cp_rank": torch.zeros(1, dtype=torch.int32), "cp_group_size": 2,
+                                      "attention_scope": "new_tokens_only"}])
+def test_cpu_refuses_what_upstreams_reference_does_not_implement(ops, options):
+    tensors = [torch.from_numpy(np.asarray(a, np.float32)) if a.dtype != np.int32 else torch.from_numpy(a)
+               for a in cases._inputs()]
+    with pytest.raises(NotImplementedError, match="tokamax batched_rpa: on CPU tensors upstream's pure-JAX "
+                                                  "reference runs, which does not implement"):
+        ops.batched_rpa(*tensors, sm_scale=cases.D**-0.5, **options)
+
+
+# Each case traces the Mosaic kernel (tens of seconds on CPU): the first is in the kernels_ci subset.
 @pytest.mark.parametrize(("split_cache", "options"), [
-    (False, {}),
+    pytest.param(False, {}, marks=pytest.mark.kernels_ci),
     (False, {"sm_scale": 0.125, "sliding_window": 32, "soft_cap": 30.0, "mask_value": -1e4}),
     # the cache with its heads split by bf16 packing; context parallel over the cached tokens only
     (True, {"cp_rank": torch.zeros(1, dtype=torch.int32), "cp_group_size": 2, "attention_scope": "cache_only"}),
@@ -85,8 +140,9 @@ def test_donates_the_kv_cache_and_nothing_else_as_upstreams_torch_op(ops):
     assert others and all(not op._init_fn.donate_argnums for op in others)
 
 
-@pytest.mark.kernels_ci
 def test_runs_upstreams_public_op(ops):
+    # Not in kernels_ci: it lowers the Mosaic kernel (about a minute on CPU); the JAX tier holds this
+    # call's whole module to upstream's (tests/jax/public), and test_paged_identity the Torch op's.
     # The public JAX case's shapes (tests/jax/public/batched_rpa_cases.py): 64 tokens, GQA 8/2, 4 sequences.
     args = _op_args(_tensors(tokens=64, hq=8, hkv=2, pages=32, seqs=4, per_seq=8), sm_scale=128**-0.5)
     fn = checks.family(ops, "batched_rpa")._batched_rpa_jax

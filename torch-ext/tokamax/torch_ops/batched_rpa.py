@@ -2,9 +2,12 @@
 paged KV cache through upstream's public op (`ops.batched_ragged_paged_attention`, the Mosaic kernel), which
 also writes the new keys and values into the cache. Forward only (upstream registers no backward).
 
-TPU only (v5e and newer, as upstream's Op): JAX's Pallas TPU interpreter cannot run the kernel on CPU (see
-`_NO_CPU`); CPU calls say so. Meta and fake tensors give shapes (`torch.compile(dynamic=True)` over the
-token count).
+On TPU (v5e and newer, as upstream's Op) the Mosaic kernel runs. JAX's Pallas TPU interpreter cannot run it
+(the kernel stores through `ref.bitcast` views, which the interpreter cannot index), so CPU tensors run
+upstream's own pure-JAX reference of the same op instead (`implementation="reference"`, which writes the cache
+the same way): for checking values and serving code on a host without a TPU. The reference implements neither
+context parallelism nor `attention_scope` other than "full" nor the seq-along-lane layout; those are refused
+on CPU. Meta and fake tensors give shapes (`torch.compile(dynamic=True)` over the token count).
 """
 
 from __future__ import annotations
@@ -18,9 +21,6 @@ from ._bridge import chip_for_tracing, register
 
 __all__ = ["batched_rpa", "batched_rpa_op"]
 
-_NO_CPU = ("the kernel views its VMEM KV and output buffers as uint32 (`ref.bitcast`), and the interpreter cannot "
-           "index a store through a bitcast ref: AttributeError: 'BitcastTransform' object has no attribute "
-           "'indices'")
 _KV_LAYOUTS = ("head_along_sublane", "seq_along_lane")
 _SCOPES = ("full", "cache_only", "new_tokens_only")
 
@@ -40,9 +40,35 @@ def _batched_rpa_jax(queries: jax.Array, keys: jax.Array, values: jax.Array, kv_
         attention_scope=attention_scope, implementation="mosaic_tpu")
 
 
+@chip_for_tracing()
+def _batched_rpa_reference_jax(queries: jax.Array, keys: jax.Array, values: jax.Array, kv_cache: jax.Array,
+                               kv_lens: jax.Array, page_indices: jax.Array, cu_q_lens: jax.Array,
+                               distribution: jax.Array, cp_rank: jax.Array | None, sm_scale: float,
+                               sliding_window: int | None, soft_cap: float | None, mask_value: float | None,
+                               q_scale: float | None, k_scale: float | None, v_scale: float | None,
+                               skip_kv_update: bool, kv_layout: str, decode_query_size: int,
+                               cp_group_size: int | None, attention_scope: str) -> tuple[jax.Array, jax.Array]:
+    """What CPU tensors run: upstream's pure-JAX reference of the op (JAX's interpreter cannot run the kernel),
+    on the 4-D cache it takes (a 5-D cache's split heads are merged and split back)."""
+    del mask_value, decode_query_size  # the reference masks with -1e30 and takes any query length per sequence
+    unsupported = {"cp_group_size": (cp_group_size, cp_group_size is not None),
+                   "attention_scope": (attention_scope, attention_scope != "full"),
+                   "kv_layout": (kv_layout, kv_layout != "head_along_sublane")}
+    for name, (value, bad) in unsupported.items():
+        if bad:
+            raise NotImplementedError(f"tokamax batched_rpa: on CPU tensors upstream's pure-JAX reference runs, "
+                                      f"which does not implement {name}={value!r}; lower it for TPU instead")
+    cache = kv_cache.reshape(*kv_cache.shape[:2], -1, kv_cache.shape[-1])
+    out, new_cache = ops.batched_ragged_paged_attention(
+        queries, keys, values, cache, kv_lens, page_indices, cu_q_lens, distribution, sm_scale=sm_scale,
+        sliding_window=sliding_window, soft_cap=soft_cap, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale,
+        skip_kv_update=skip_kv_update, cp_rank=cp_rank, implementation="reference")
+    return out, new_cache.reshape(kv_cache.shape)
+
+
 # kv_cache (argument 3) is donated, as upstream's Torch op does: the kernel writes the new keys and values
 # into the cache's own buffer instead of a copy of it.
-batched_rpa_op = register("batched_rpa", _batched_rpa_jax, no_cpu=_NO_CPU, donate_argnums=(3,))
+batched_rpa_op = register("batched_rpa", _batched_rpa_jax, cpu_fn=_batched_rpa_reference_jax, donate_argnums=(3,))
 
 
 # ---- Fake kernel that takes symbolic sizes ----------------------------------------------------

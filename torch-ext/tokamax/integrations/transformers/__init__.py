@@ -8,6 +8,9 @@
   op) as transformers' experts implementation "tokamax": `experts_implementation="tokamax"`.
 - `use_fused_loss(model)`: the training loss from the hidden states and the LM head's weight,
   without [tokens, vocab] logits (`loss/`).
+- `flash_paged` is what `attn_implementation="kernels-community/tokamax:flash_paged"` loads for
+  transformers' continuous batching (`generate_batch`): upstream's batched ragged paged attention
+  over the kernel's own paged KV cache (`paged/`).
 
 Modules: `attention` (the entry point: arguments, which phase), `prefill` (causal queries and keys
 the same tokens: training, prompts), `decode` (queries against a KV cache), `bidirectional`
@@ -19,6 +22,7 @@ export buckets), `experts`.
 from .attention import attention, flash_attn_forward
 from .experts import experts_forward, register_experts
 from .loss import causal_lm_loss, use_fused_loss
+from .paged import flash_paged
 
-__all__ = ["attention", "causal_lm_loss", "experts_forward", "flash_attn_forward", "register_experts",
-           "use_fused_loss"]
+__all__ = ["attention", "causal_lm_loss", "experts_forward", "flash_attn_forward", "flash_paged",
+           "register_experts", "use_fused_loss"]

@@ -1,0 +1,343 @@
+"""transformers' continuous batching on tokamax's `flash_paged` (upstream's batched ragged paged attention; on CPU
+tensors its pure-JAX reference): greedy `generate_batch` of tiny Llama (grouped-query attention) and Qwen2 models
+equal to `paged|eager`'s for many requests of different prompt lengths, more than the batch holds at once (pages
+freed and reused, a prompt longer than the token budget prefilled in chunks), and torch-tpu's exports bounded by
+the buckets; Mistral requests with their own max_new_tokens through the manager; forked requests
+(num_return_sequences) whose cache transformers copies; the pieces against independent references (page tables
+against transformers' own block tables, order and distribution, prefill and decode values against float64
+attention, the block view against transformers' own cache bytes); the refusals' messages; transformers' Hub loading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+import torch
+import transformers
+from transformers import ContinuousBatchingConfig, GenerationConfig
+from transformers.generation.continuous_batching.cache import PagedAttentionCache
+
+from tests.torch.export_probe import ExportProbe
+
+from . import cb_models
+from .cb_batches import Batches, Layer
+
+
+@pytest.fixture(scope="session")
+def paged(tokamax) -> ModuleType:  # noqa: ANN001
+    return importlib.import_module(f"{tokamax.__name__}.integrations.transformers.paged")
+
+
+def _namespace(tokamax: ModuleType) -> str:
+    return importlib.import_module(f"{tokamax.__name__}._ops")._OPS_NAME
+
+
+@contextlib.contextmanager
+def _probed(model: torch.nn.Module, namespace: str) -> Iterator[tuple[ExportProbe, list[int]]]:
+    """Counts the kernel's calls and exports inside `model`'s forwards (continuous batching runs them on its own
+    thread, and a dispatch mode is per thread): (probe, [forwards])."""
+    probe, forwards = ExportProbe(namespace), [0]
+    forward = model.forward
+
+    def probed_forward(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        forwards[0] += 1
+        with probe:
+            return forward(*args, **kwargs)
+
+    model.forward = probed_forward
+    try:
+        yield probe, forwards
+    finally:
+        del model.forward
+
+
+def _generated(results: dict) -> dict[str, list[int]]:
+    assert all(r.error is None for r in results.values()), [r.error for r in results.values()]
+    return {rid: r.generated_tokens for rid, r in results.items()}
+
+
+# ---- the pieces -------------------------------------------------------------------------------------------------
+def _config() -> transformers.PreTrainedConfig:
+    return cb_models.FAMILIES["llama-gqa"][0]()
+
+
+def test_page_tables_order_and_distribution_follow_transformers(paged):
+    """A fresh step (only write_index) then a mixed one packed as a scheduler might (a chunk continuation, decodes,
+    a new prompt): page tables equal transformers' own block tables row by row in the kernel's order (decode,
+    prefill-only, mixed), lengths and distribution as the op defines them, the buckets padded."""
+    batches = Batches(_config(), page_size=4, num_blocks=32)
+    plan = paged.schedule.plan
+    args = lambda kw: (kw["cu_seq_lens_q"].tolist(), kw["cu_seq_lens_k"]["full_attention"].tolist(),  # noqa: E731
+                       int(kw["cu_seq_lens_q"][-1]), kw["read_index"][0], kw["write_index"][0], 4,
+                       batches.allocator.block_physical_stride, torch.device("cpu"))
+    first = plan(*args(batches.step([("a", 5), ("b", 1), ("c", 7)])))  # c: the first 7 of an 11-token prompt
+    assert first.distribution.tolist() == [1, 3, 3] and first.kv_lens.tolist()[:3] == [1, 5, 7]  # b first
+    kw = batches.step([("c", 4), ("a", 1), ("d", 6), ("b", 1)])
+    step = plan(*args(kw))
+    order = ["a", "b", "d", "c"]  # decodes, then the fresh prompt, then the continuation over its cache
+    assert step.distribution.tolist() == [2, 3, 4]
+    assert step.kv_lens.tolist() == [6, 2, 6, 11, 0, 0, 0, 0]  # 8 sequences: the floor bucket
+    assert step.cu_q_lens.tolist() == [0, 1, 2, 8, 12, 12, 12, 12, 12]
+    per_seq = step.page_indices.shape[0] // 8
+    for row, request in enumerate(order):
+        blocks = batches.blocks(request)
+        assert step.page_indices[row * per_seq:row * per_seq + len(blocks)].tolist() == blocks, request
+    assert per_seq == 4 and step.padded_tokens == 16
+    # the tokens travel to the kernel's order and back
+    tokens = torch.arange(12.0)[:, None, None]
+    rows = step.rows(tokens)
+    assert rows[:12, 0, 0].tolist() == [4, 11, 5, 6, 7, 8, 9, 10, 0, 1, 2, 3] and rows.shape[0] == 16
+    assert torch.equal(step.back(rows), tokens)
+
+
+def _causal_f64(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [n, heads, dim] the last n of keys/values [kv, kv_heads, dim]'s positions, causal, grouped heads, float64."""
+    n, heads, kv = q.shape[0], q.shape[1], keys.shape[0]
+    group = heads // keys.shape[1]
+    k, v = (x.double().repeat_interleave(group, 1) for x in (keys, values))
+    out = torch.empty(q.shape, dtype=torch.float64)
+    for i in range(n):
+        end = kv - n + i + 1
+        weights = (torch.einsum("hd,khd->hk", q[i].double(), k[:end]) * scale).softmax(-1)
+        out[i] = torch.einsum("hk,khd->hd", weights, v[:end])
+    return out
+
+
+def test_prefill_and_decode_match_float64_attention(tokamax, paged, monkeypatch):
+    """Forwards of two layers over page-size-4 blocks: fresh prompts of odd lengths (one of a single token, one cut
+    in a chunk), a mix packed out of the kernel's order (a chunk continuation, decodes, a new prompt), decodes, then
+    two requests freed and a longer one arriving; every output against float64 causal attention over each
+    request's whole history. The kernel's cache starts at 4 pages here (64 in use): it grows while every page
+    holds a live block, then gives the freed requests' pages to the new one instead of growing."""
+    monkeypatch.setattr(paged.store, "FIRST_PAGES", 4)
+    config = _config()
+    heads, kv_heads, dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    batches, layers = Batches(config, page_size=4, num_blocks=32), [Layer(0), Layer(1)]
+    history: dict[tuple[int, str], list[torch.Tensor]] = {}
+    g = torch.Generator().manual_seed(3)
+    steps = ([("a", 5), ("b", 1), ("c", 7)], [("c", 4), ("a", 1), ("d", 6), ("b", 1)],
+             [("d", 1), ("c", 1), ("b", 1), ("a", 1)], "free a, b", [("e", 30), ("c", 1)])
+    for work in steps:
+        if isinstance(work, str):
+            store = paged.store._STORES[batches.cache]
+            grown, held = store.pages, set(store.pages_of(batches.blocks("a") + batches.blocks("b")))
+            for request in ("a", "b"):
+                batches.cache.free_blocks(request)
+            continue
+        kwargs = batches.step(work)
+        total = sum(n for _, n in work)
+        for layer in layers:
+            q = torch.randn(1, heads, total, dim, generator=g)
+            k, v = torch.randn(1, kv_heads, total, dim, generator=g), torch.randn(1, kv_heads, total, dim, generator=g)
+            out, weights = tokamax.flash_paged(layer, q, k, v, None, scaling=dim**-0.5, **kwargs)
+            assert weights is None and out.shape == (1, total, heads, dim)
+            start = 0
+            for request, n in work:
+                keys, values = history.setdefault((layer.layer_idx, request), [torch.empty(0, kv_heads, dim)] * 2)
+                keys = torch.cat([keys, k[0, :, start:start + n].transpose(0, 1)])
+                values = torch.cat([values, v[0, :, start:start + n].transpose(0, 1)])
+                history[(layer.layer_idx, request)] = [keys, values]
+                want = _causal_f64(q[0, :, start:start + n].transpose(0, 1), keys, values, dim**-0.5)
+                torch.testing.assert_close(out[0, start:start + n].double(), want, rtol=1e-5, atol=1e-5,
+                                           msg=lambda m, r=request, i=layer.layer_idx: f"{r}, layer {i}: {m}")
+                start += n
+    # 4 -> 8 -> 16 pages for 8 live blocks; transformers hands e a's and b's blocks again, which keep their pages
+    assert grown == 16 and store.pages == 16
+    assert held <= set(store.pages_of(batches.blocks("e") + batches.blocks("c")))
+    # Blocks transformers never handed out before, once the free pages are gone, take the pages of freed blocks.
+    e_pages = set(store.pages_of(batches.blocks("e")))
+    batches.cache.free_blocks("e")
+    fresh = store.pages_of([10_000 + i for i in range(8)])  # 1 free page, then 7 of e's
+    assert store.pages == 16 and len(set(fresh) & e_pages) == 7
+
+
+def test_block_view_is_transformers_own_layout(tokamax):
+    """Forks and CPU offloading move whole blocks through the allocator's byte view: over the kernel's cache it
+    gives the bytes transformers' own cache holds for the same writes (cache.update), and copying blocks through
+    it moves the pages the kernel reads."""
+    config = _config()
+    ours, theirs = Batches(config, 4, 32), Batches(config, 4, 32)
+    work = [("a", 6), ("b", 3)]
+    kwargs, kwargs_theirs = ours.step(work), theirs.step(work)
+    g = torch.Generator().manual_seed(4)
+    for layer in range(config.num_hidden_layers):
+        q = torch.randn(1, config.num_attention_heads, 9, config.head_dim, generator=g)
+        k, v = (torch.randn(1, config.num_key_value_heads, 9, config.head_dim, generator=g) for _ in range(2))
+        tokamax.flash_paged(Layer(layer), q, k, v, None, **kwargs)
+        theirs.cache.update(k, v, layer, dict(kwargs_theirs))
+    blocks = torch.tensor(ours.blocks("a") + ours.blocks("b"))
+    assert ours.blocks("a") + ours.blocks("b") == theirs.blocks("a") + theirs.blocks("b")
+    view = ours.allocator._copy_view
+    assert type(view).__name__ == "BlockBytes" and view.device == torch.device("cpu")
+    got, want = view.index_select(0, blocks), theirs.allocator._copy_view.index_select(0, blocks)
+    assert got.dtype == torch.uint8 and torch.equal(got, want)
+    assert ours.cache.cache_tensor.numel() == 0  # transformers' own tensor was released
+    free = torch.tensor([b for b in range(8, 14) if b not in blocks.tolist()][:2])
+    view.index_copy_(0, free, view.index_select(0, blocks[:2]))
+    assert torch.equal(view.index_select(0, free), want[:2])
+
+
+# ---- generate_batch -----------------------------------------------------------------------------------------------
+LENGTHS = [5, 17, 3, 30, 9, 12, 1, 22, 40, 7]  # 40 > the token budget: prefilled in two chunks
+NEW_TOKENS = 8
+CB = dict(page_size=16, num_blocks=12, max_batch_tokens=32, max_requests_per_batch=4)
+
+
+@pytest.mark.parametrize("family", ["llama-gqa", "qwen2"])
+def test_generate_batch_matches_paged_eager(tokamax, family, monkeypatch):
+    """Ten prompts of 1 to 40 tokens and two sharing whole blocks with others (transformers' prefix sharing gives
+    them those blocks), at most 4 requests and 32 tokens a step, 12 blocks of 16 tokens for 20 blocks' worth."""
+    matched = []
+    search = PagedAttentionCache.search_prefix_match
+    monkeypatch.setattr(PagedAttentionCache, "search_prefix_match",
+                        lambda self, *a: matched.append(search(self, *a)) or matched[-1])
+    eager, ours = cb_models.pair(family)
+    inputs = cb_models.prompts(LENGTHS, seed=len(family))
+    inputs += [inputs[8][:33] + inputs[1][:4], list(inputs[3])]  # 2 and 1 full blocks shared
+    lengths = [len(p) for p in inputs]
+    assert cb_models.blocks_needed(lengths, [NEW_TOKENS] * len(lengths), CB["page_size"]) > CB["num_blocks"]
+    gen = GenerationConfig(max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    want = _generated(eager.generate_batch(inputs, generation_config=gen,
+                                           continuous_batching_config=ContinuousBatchingConfig(**CB)))
+    matched.clear()
+    with _probed(ours, _namespace(tokamax)) as (probe, forwards):
+        got = _generated(ours.generate_batch(inputs, generation_config=gen,
+                                             continuous_batching_config=ContinuousBatchingConfig(**CB)))
+    assert len(got) == len(inputs) and all(len(t) == NEW_TOKENS for t in got.values())
+    assert got == want
+    assert any(n > 0 for n in matched), "no prefix was shared in our run"
+    assert probe.count("batched_rpa") == ours.config.num_hidden_layers * forwards[0], probe.calls
+    # At most 4 requests of at most 32 tokens, sequences <= 48 tokens: the buckets give tokens 8, 16 or 32, 8
+    # sequences, 4 pages per sequence, so at most three exports, however many requests and steps.
+    assert 1 <= probe.exports()["batched_rpa"] <= 3 < forwards[0], (probe.exports(), forwards)
+
+
+def _manager_run(model: torch.nn.Module, inputs: list[list[int]], new_tokens: list[int], gen: GenerationConfig,
+                 cb: ContinuousBatchingConfig) -> dict[str, list[int]]:
+    manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
+    manager.start()
+    try:
+        ids = [manager.add_request(p, max_new_tokens=n) for p, n in zip(inputs, new_tokens, strict=True)]
+        results = {}
+        while len(results) < len(ids):
+            result = manager.get_result(timeout=120)
+            assert result is not None, "continuous batching stalled"
+            if result.is_finished():
+                results[result.request_id] = result
+    finally:
+        manager.stop(block=True, timeout=30)
+        manager.destroy()
+    return _generated({rid: results[rid] for rid in ids})
+
+
+def test_requests_with_their_own_lengths_match_paged_eager(tokamax):
+    """Mistral (one KV head, no sliding window), six requests each with its own max_new_tokens through the
+    manager: they finish at different steps, their pages go back to the pool while others decode."""
+    eager, ours = cb_models.pair("mistral")
+    lengths, new_tokens = [9, 2, 25, 14, 6, 31], [3, 10, 1, 7, 9, 2]
+    inputs = cb_models.prompts(lengths, seed=11)
+    gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0)
+    cb = dict(page_size=8, num_blocks=10, max_batch_tokens=24, max_requests_per_batch=3)
+    assert cb_models.blocks_needed(lengths, new_tokens, cb["page_size"]) > cb["num_blocks"]
+    want = _manager_run(eager, inputs, new_tokens, gen, ContinuousBatchingConfig(**cb))
+    got = _manager_run(ours, inputs, new_tokens, gen, ContinuousBatchingConfig(**cb))
+    assert [len(t) for t in got.values()] == new_tokens
+    assert got == want
+
+
+def test_forked_requests_match_paged_eager(tokamax, paged, monkeypatch):
+    """num_return_sequences=2: transformers forks each request after its prompt, sharing its full blocks and copying
+    the last one through the block view; top_k=1 sampling is deterministic, so parent and child match paged|eager."""
+    copied = []
+    block_copy = paged.store.BlockBytes.index_copy_
+    monkeypatch.setattr(paged.store.BlockBytes, "index_copy_",
+                        lambda self, dim, ids, source: copied.append(len(ids)) or block_copy(self, dim, ids, source))
+    eager, ours = cb_models.pair("llama-gqa")
+    lengths = [6, 13, 21]
+    inputs = cb_models.prompts(lengths, seed=7)
+    gen = GenerationConfig(max_new_tokens=5, do_sample=True, top_k=1, num_return_sequences=2, eos_token_id=-1,
+                           pad_token_id=0)
+    cb = dict(page_size=8, num_blocks=24, max_batch_tokens=64, max_requests_per_batch=8)
+    want = _generated(eager.generate_batch(inputs, generation_config=gen,
+                                           continuous_batching_config=ContinuousBatchingConfig(**cb)))
+    got = _generated(ours.generate_batch(inputs, generation_config=gen,
+                                         continuous_batching_config=ContinuousBatchingConfig(**cb)))
+    assert len(got) == 2 * len(lengths) and any("__child#" in rid for rid in got)
+    assert sum(copied) >= len(lengths), copied  # every request's partial last block was copied for its child
+    assert got == want
+    for rid, tokens in got.items():
+        if "__child#" in rid:
+            assert tokens == got[rid.split("__child#")[0]]
+
+
+# ---- refusals and loading -----------------------------------------------------------------------------------------
+def _refused(tokamax: ModuleType, config: transformers.PreTrainedConfig, *, layer: torch.nn.Module | None = None,
+             dtype: torch.dtype = torch.float32, **options) -> str:  # noqa: ANN003
+    batches = Batches(config, 4, 16, dtype)
+    kwargs = {**batches.step([("a", 3)]), **options}
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    q, k = torch.zeros(1, heads, 3, dim, dtype=dtype), torch.zeros(1, kv_heads, 3, dim, dtype=dtype)
+    with pytest.raises((NotImplementedError, ValueError)) as info:
+        tokamax.flash_paged(layer or Layer(0), q, k, k, None, **kwargs)
+    return str(info.value)
+
+
+def _with_sinks() -> torch.nn.Module:
+    layer = Layer(0)
+    layer.sinks = torch.nn.Parameter(torch.zeros(4))
+    return layer
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(("case", "message"), [
+    ("sliding", "layers [0, 1] are sliding-window layers"),
+    ("no-cache", "serves transformers' continuous batching only"),
+    ("sinks", "attention sinks (GPT-OSS's s_aux) are not supported"),
+    ("dropout", "attention dropout is not supported"),
+    ("float16", "must share a dtype among float32 and bfloat16"),
+    ("block-table", "got a block table"),
+])
+def test_refusals_say_why_and_what_to_use(tokamax, case, message):
+    config = _config()
+    if case == "sliding":
+        text = _refused(tokamax, cb_models._mistral(sliding_window=16))
+        assert "attn_implementation='sdpa' or 'paged|eager'" in text
+    elif case == "no-cache":
+        text = _refused(tokamax, config, cache=None)
+        assert "kernels-community/tokamax:attention" in text
+    elif case == "sinks":
+        text = _refused(tokamax, config, layer=_with_sinks())
+    elif case == "dropout":
+        text = _refused(tokamax, config, dropout=0.1)
+    elif case == "float16":
+        text = _refused(tokamax, config, dtype=torch.float16)
+    else:
+        text = _refused(tokamax, config, block_table=torch.zeros(1, 1, 4, dtype=torch.int32))
+    assert text.startswith("tokamax flash_paged: ") and message in text, text
+
+
+@pytest.mark.kernels_ci
+def test_transformers_loads_it_for_continuous_batching(tokamax):
+    """The Hub name passes continuous batching's check ("flash" in it, no FA2/FA3 version, so no CUDA block-table
+    path), transformers' kernel loading registers the function after the colon, and `flash_attn_forward` (which
+    transformers 5.22 requires) is still the generate() attention."""
+    from transformers.generation.continuous_batching.utils import attn_mask_is_needed
+    from transformers.integrations.hub_kernels import load_and_register_attn_kernel
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.utils.generic import is_flash_attention_requested
+
+    name = cb_models.FLASH_PAGED
+    assert is_flash_attention_requested(requested_attention_implementation=name)
+    assert not is_flash_attention_requested(requested_attention_implementation=name, version=[2, 3])
+    kernel = load_and_register_attn_kernel(name)
+    assert ALL_ATTENTION_FUNCTIONS[name] is kernel.flash_paged is tokamax.flash_paged
+    assert kernel.flash_attn_forward is kernel.attention and not hasattr(kernel, "flash_attn_varlen_func")
+    config = _config()
+    config._attn_implementation = name
+    assert attn_mask_is_needed(config) is False
+

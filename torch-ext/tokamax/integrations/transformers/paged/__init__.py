@@ -1,0 +1,11 @@
+"""Serving with transformers' continuous batching on upstream's batched ragged paged attention.
+
+`flash_paged` is what `attn_implementation="kernels-community/tokamax:flash_paged"` loads (the name must hold
+"flash" for continuous batching to take it). Modules: `attention` (the entry point), `checks` (what is refused),
+`store` (the kernel-layout KV cache per layer, bound to transformers' cache), `tables` (page tables from
+transformers' slot indices), `schedule` (one forward's plan: order, distribution, buckets).
+"""
+
+from .attention import flash_paged
+
+__all__ = ["flash_paged"]
