@@ -65,7 +65,7 @@ job_suite_upstream() { "$jax_python" -m tools.upstream_suite --side upstream; }
 job_suite_port() { "$jax_python" -m tools.upstream_suite --side port; }
 
 status=0
-declare -A job_of started_at
+declare -A job_of=() started_at=()
 # finish_one: waits for the next job to end, prints its log and records a failure.
 finish_one() {
   local pid rc=0 job
