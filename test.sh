@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: lint and the bundle build, then each tier in its own venv, two jobs at a time
-# (TOKAMAX_TEST_JOBS; a job sets up its venv first, so downloads overlap the other job's tests):
+# (TOKAMAX_TEST_JOBS). The venvs are set up on first use in a per-user cache shared by every clone
+# (scripts/env.sh), in the background, in the order the jobs need them:
 #   jax          Python 3.12, jax 0.12: tests/ but tests/torch
 #   torch-py312  Python 3.12, torch 2.13, torch-tpu 0.2.0, jax 0.12 (the stack TPU users install):
 #                tests/torch and tests/kernel
@@ -92,6 +93,7 @@ run_jobs() {
 # and reports any failure itself.
 prefetch() {
   local tier
+  renice -n 10 -p "$BASHPID" > /dev/null 2>&1 || true  # unpacking yields to the tests
   for tier in "$@"; do ensure_venv "$tier" > /dev/null || true; done
 }
 

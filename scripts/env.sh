@@ -22,7 +22,11 @@ if ! ls /dev/accel* /dev/vfio/[0-9]* >/dev/null 2>&1; then
   export TPU_SKIP_MDS_QUERY="${TPU_SKIP_MDS_QUERY:-1}"
 fi
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENVS="${TOKAMAX_VENVS:-$REPO/.venv}"
+# The venvs live in a per-user cache, one per tier and pin set (named by a hash of its frozen
+# requirements and the interpreter's version), so that every clone and worktree with the same pins
+# shares them, as pre-commit shares its environments; .venv/TIER in the clone links to the one in use.
+# TOKAMAX_VENVS moves the cache (TOKAMAX_VENVS=$PWD/.venv-cache keeps everything in the clone).
+VENVS="${TOKAMAX_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/kernels-community-tokamax/venvs}"
 
 _tier_python_version() {
   case "$1" in
@@ -67,18 +71,20 @@ find_python() {
   return 1
 }
 
-# ensure_venv TIER: creates or refreshes $VENVS/TIER; prints its python. Holds $VENVS/TIER.lock
-# meanwhile, so that two processes asking for the same venv (./test.sh's jobs and its prefetch) set
-# it up once: the second waits, then finds it current.
+# ensure_venv TIER: the venv of TIER for the current pins, set up on first use (then kept); prints
+# its python and links .venv/TIER to it. Holds the venv's lock meanwhile, so that two processes
+# asking for the same venv (./test.sh's jobs and its prefetch, two clones) set it up once: the
+# second waits, then finds it ready. A venv of the same tier for other pins, unused for 7 days, is removed.
 ensure_venv() {
-  local tier=$1 venv="$VENVS/$1" req="$REPO/requirements/$1.txt" python stamp want
+  local tier=$1 req="$REPO/requirements/$1.txt" python version key venv
   python=$(find_python "$tier")
-  want="$(sha256sum "$req" | cut -d' ' -f1) $("$python" -c 'import sys; print(sys.version.split()[0])')"
-  stamp="$venv/.requirements-stamp"
+  version=$("$python" -c 'import sys; print(sys.version.split()[0])')
+  key=$( (cat "$req"; echo "$version") | sha256sum | cut -c1-12)
+  venv="$VENVS/$tier-$key"
   mkdir -p "$VENVS"
   (
     flock 9
-    if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
       echo "env.sh: setting up $venv from $req with $python" >&2
       rm -rf "$venv"
       "$python" -m venv "$venv"
@@ -87,8 +93,20 @@ ensure_venv() {
         echo "env.sh: installing $req into $venv failed (full log: $venv/pip.log)" >&2
         exit 1
       fi
-      echo "$want" > "$stamp"
+      local other
+      for other in "$VENVS/$tier"-????????????/; do  # this tier only: the key is 12 characters
+        if [ "${other%/}" != "$venv" ] && [ -n "$(find "$other.complete" -mtime +7 2>/dev/null)" ]; then
+          rm -rf "${other%/}" "${other%/}.lock"
+        fi
+      done
     fi
-  ) 9> "$VENVS/$tier.lock" || return 1
+    touch "$venv/.complete"  # last used (the pruning above reads it)
+  ) 9> "$venv.lock" || return 1
+  local link="$REPO/.venv/$tier"
+  if [ "$(readlink "$link" 2>/dev/null)" != "$venv" ]; then
+    mkdir -p "$REPO/.venv"
+    [ -L "$link" ] || rm -rf "$link"  # a venv of the old layout, inside the clone
+    ln -sfn "$venv" "$link.$$" && mv -Tf "$link.$$" "$link"
+  fi
   echo "$venv/bin/python"
 }

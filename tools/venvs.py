@@ -13,7 +13,8 @@ class VenvError(RuntimeError):
 
 
 def tier_python(tier: str) -> str:
-    """The python of `tier`'s venv under .venv/ (created or refreshed from its frozen pins)."""
+    """The python of `tier`'s venv for its frozen pins (set up on first use in the venv cache; .venv/TIER
+    links to it)."""
     result = subprocess.run(["bash", "-c", f'source "{REPO}/scripts/env.sh" && ensure_venv {tier}'],
                             capture_output=True, text=True)
     if result.returncode != 0:

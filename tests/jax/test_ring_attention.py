@@ -1,4 +1,7 @@
-"""Ring attention over 2 and 4 host CPU devices in interpret mode: forward and gradients.
+"""Ring attention over 2 host CPU devices in interpret mode: forward and gradients, MHA and MQA, with and
+without segment ids. Longer rings are checked elsewhere, in one process each run: a ring of 4 under
+`jax.shard_map` with the heads over a second axis (tests/jax/sharded) and the Torch op's ring of 8
+(tests/torch/ops/test_ring_attention.py).
 
 This is how the kernel scales past one chip: each device holds a slice of the sequence and the
 K/V slices travel around the ring. Each case runs in a process of its own (tests/jax/ring_check.py,
@@ -28,7 +31,7 @@ TIMEOUT_S = 75  # per attempt; a healthy run takes 5-15 s
 ATTEMPTS = 6
 
 
-@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("devices", [2])
 @pytest.mark.parametrize(("is_mqa", "segmented", "grads"), [(False, False, False), (True, True, False),
                                                             (False, True, True), (True, False, True)],
                          ids=["mha-fwd", "mqa-segments-fwd", "mha-segments-grads", "mqa-grads"])

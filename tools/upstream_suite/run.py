@@ -47,7 +47,8 @@ def run_side(name: str, python: str, site: Path, selection: Selection, out_dir: 
               "--continue-on-collection-errors", f"--timeout={PER_TEST_TIMEOUT_S}", f"--rootdir={site}"]
     start = time.monotonic()
     with open(out_dir / f"{name}.log", "w") as log:
-        subprocess.run([*pytest, f"--junitxml={junit}", *targets], cwd=site, env=env, stdout=log,
+        tests_select = ["-k", selection.select] if selection.select else []
+        subprocess.run([*pytest, f"--junitxml={junit}", *tests_select, *targets], cwd=site, env=env, stdout=log,
                        stderr=subprocess.STDOUT)
         if wrapper_args:  # the interpret-mode wrappers, with their own -k, in a second process
             env["UPSTREAM_SUITE_OUTCOMES"] = str(outcomes_file) + ".wrappers"

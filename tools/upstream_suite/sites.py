@@ -33,7 +33,7 @@ class SuiteError(Exception):
 
 @dataclass(frozen=True)
 class Selection:
-    """What runs: test files (or `file::Class::test` ids), wrapper files and their -k expression."""
+    """What runs: test files (or `file::Class::test` ids) with a -k expression, wrapper files and theirs."""
 
     tests: tuple[str, ...]
     wrappers: tuple[str, ...]
@@ -43,6 +43,7 @@ class Selection:
     namespaces: tuple[str, ...]
     evidence: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # fix -> id globs
     dropped: tuple[str, ...] = ()  # modules of op families the port drops: stubs that raise on use
+    select: str = ""  # -k for `tests` ("" runs every case)
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -55,14 +56,15 @@ def load_selection(upstream: dict[str, bytes], *, everything: bool, path: Path =
     if everything:
         tests = tuple(sorted(rel for rel in upstream if rel.endswith("_test.py")
                              and not any(fnmatch.fnmatch(rel, g) for g in config["all"]["exclude"])))
-        select = ""
+        select = tests_select = ""
     else:
         tests, select = tuple(config["ci"]["files"]), config["ci"]["interpret_select"]
+        tests_select = config["ci"].get("select", "")
     helpers = config["helpers"]
     selection = Selection(tests, tuple(config["ci"]["interpret"]), select, tuple(helpers["test_only"]),
                           tuple(helpers["support"]), tuple(helpers["namespaces"]),
                           {k: tuple(v) for k, v in config.get("evidence", {}).items()},
-                          tuple(helpers.get("dropped", ())))
+                          tuple(helpers.get("dropped", ())), tests_select)
     missing = [f for f in (*selection.files, *selection.test_only, *selection.support, *selection.namespaces,
                            *selection.dropped) if f not in upstream]
     if missing:
@@ -138,7 +140,7 @@ def build_upstream_site(installed: Path, upstream: dict[str, bytes], selection: 
         have = installed / rel
         if not have.is_file() or have.read_bytes() != upstream[rel]:
             raise SuiteError(f"{have}: not the pinned sdist's {rel}; the upstream venv is not tokamax "
-                             "as pinned (rebuild it: rm -rf .venv/upstream)")
+                             "as pinned (rebuild it: rm -rf \"$(readlink .venv/upstream)\")")
     dest.parent.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     try:
