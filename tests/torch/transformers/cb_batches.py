@@ -2,9 +2,11 @@
 `generate_batch` hands the attention function for a chosen mix of requests, for checking `flash_paged`'s pieces
 against float64 references (test_continuous_batching.py).
 
-`Batches(config, page_size, num_blocks)` owns a real `PagedAttentionCache`; `step([(request, new_tokens), ...])`
-allocates the requests' blocks and builds the keyword arguments as `ContinuousBatchingIOs` does (packed in the
-given order; `read_index` only when some request has cached tokens).
+`Batches(config, page_size, num_blocks)` owns a real `PagedAttentionCache` (one allocator per layer kind of the
+config: full-attention, sliding-window); `step([(request, new_tokens), ...])` allocates the requests' blocks and
+builds the keyword arguments as `ContinuousBatchingIOs` does (packed in the given order; `read_index` only when
+some request has cached tokens; `position_ids` as the model passes them); `fork(parent, child)` forks as
+transformers does.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ class Batches:
     def __init__(self, config: transformers.PreTrainedConfig, page_size: int, num_blocks: int,
                  dtype: torch.dtype = torch.float32) -> None:
         self.cache = paged_cache(config, page_size, num_blocks, dtype)
-        self.allocator = next(iter(self.cache.cache_allocators.values()))  # the one kind the tests' models have
+        self.allocators = self.cache.cache_allocators  # by kind: "full_attention", "sliding_attention"
+        self.allocator = next(iter(self.allocators.values()))  # the first kind (the only one of most models)
         self.states: dict[str, RequestState] = {}
 
     def past(self, request: str) -> int:
@@ -40,27 +43,44 @@ class Batches:
 
     def step(self, work: list[tuple[str, int]]) -> dict[str, Any]:
         """The kwargs of one forward over `work` ((request, new tokens), in transformers' packing order)."""
-        cu_q, cu_k, read, write = [0], [0], [], []
+        kinds = list(self.allocators)
+        cu_q, positions = [0], []
+        cu_k = {kind: [0] for kind in kinds}
+        read, write = [[] for _ in kinds], [[] for _ in kinds]
         reads = any(self.past(r) > 0 for r, _ in work)
         for request, new in work:
             state = self.states.setdefault(request, RequestState(request_id=request, initial_tokens=[0] * new))
             past = state.position_offset
             assert self.cache.can_store_request_tokens(state, new), f"no room for {request}"
-            self.cache.extend_read_and_write_indices(request, past, new, [read] if reads else None, [write])
+            self.cache.extend_read_and_write_indices(request, past, new, read if reads else None, write)
             state.position_offset += new
             cu_q.append(cu_q[-1] + new)
-            cu_k.append(cu_k[-1] + past + new)
-        i32, kind = {"dtype": torch.int32}, self.allocator.layer_type
-        return dict(cu_seq_lens_q=torch.tensor(cu_q, **i32), cu_seq_lens_k={kind: torch.tensor(cu_k, **i32)},
+            positions += range(past, past + new)
+            for kind, allocator in self.allocators.items():
+                cu_k[kind].append(cu_k[kind][-1] + allocator.get_seqlen_k(past, new))
+        i32 = {"dtype": torch.int32}
+        return dict(cu_seq_lens_q=torch.tensor(cu_q, **i32),
+                    cu_seq_lens_k={kind: torch.tensor(c, **i32) for kind, c in cu_k.items()},
                     max_length_q=max(n for _, n in work),
-                    max_length_k={kind: max(b - a for a, b in zip(cu_k[:-1], cu_k[1:], strict=True))},
-                    read_index=[torch.tensor(read, dtype=torch.int64)],
-                    write_index=[torch.tensor(write, dtype=torch.int64)], block_table=None, cache=self.cache,
+                    max_length_k={kind: max(b - a for a, b in zip(c[:-1], c[1:], strict=True))
+                                  for kind, c in cu_k.items()},
+                    read_index=[torch.tensor(r, dtype=torch.int64) for r in read],
+                    write_index=[torch.tensor(w, dtype=torch.int64) for w in write],
+                    position_ids=torch.tensor([positions], **i32), block_table=None, cache=self.cache,
                     is_causal=True)
 
-    def blocks(self, request: str) -> list[int]:
-        """transformers' own block table of `request` (the ground truth the page tables must match)."""
-        return list(self.allocator.block_table[request])
+    def blocks(self, request: str, kind: str | None = None) -> list[int]:
+        """transformers' own block table of `request` (the ground truth the page tables must match), of the first
+        allocator or of `kind`'s."""
+        allocator = self.allocator if kind is None else self.allocators[kind]
+        return list(allocator.block_table[request])
+
+    def fork(self, parent: str, child: str) -> None:
+        """transformers' fork of `parent` into `child` (blocks shared or copied through each allocator's view)."""
+        copies = {kind: ([], []) for kind in self.allocators}
+        assert self.cache.prepare_fork_request(self.states[parent], [child], copies) == [child]
+        self.cache.perform_cache_copy(copies)
+        self.states[child] = self.states[parent].fork(child)
 
 
 class Layer(torch.nn.Module):

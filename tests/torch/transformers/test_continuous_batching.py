@@ -3,9 +3,14 @@ tensors its pure-JAX reference): greedy `generate_batch` of tiny Llama (grouped-
 equal to `paged|eager`'s for many requests of different prompt lengths, more than the batch holds at once (pages
 freed and reused, a prompt longer than the token budget prefilled in chunks), and torch-tpu's exports bounded by
 the buckets; Mistral requests with their own max_new_tokens through the manager; forked requests
-(num_return_sequences) whose cache transformers copies; the pieces against independent references (page tables
-against transformers' own block tables, order and distribution, prefill and decode values against float64
-attention, the block view against transformers' own cache bytes); the refusals' messages; transformers' Hub loading.
+(num_return_sequences) whose cache transformers copies; sliding-window models on the kernel's own window: Mistral
+with a 20-token window on every layer (prompts past it, one chunked across it, requests finishing at different
+steps, forks) and with MistralConfig()'s 4096-token window, Qwen3 and Gemma 2 mixing window and full layers
+(Gemma 2's soft cap against transformers' own eager generate(): `paged|eager` drops soft caps); the pieces
+against independent references (page tables against transformers' own block tables, order and distribution,
+prefill, chunk and decode values against float64 attention, with and without a window, the block and ring views
+against transformers' own cache bytes, forks and offload round trips of window layers); the refusals' messages;
+transformers' Hub loading.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import pytest
 import torch
 import transformers
 from transformers import ContinuousBatchingConfig, GenerationConfig
-from transformers.generation.continuous_batching.cache import PagedAttentionCache
+from transformers.generation.continuous_batching.cache import PagedAttentionCache, group_layers_by_attn_type
 
 from tests.torch.export_probe import ExportProbe
 
@@ -94,16 +99,21 @@ def test_page_tables_order_and_distribution_follow_transformers(paged):
     assert torch.equal(step.back(rows), tokens)
 
 
-def _causal_f64(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
-    """q [n, heads, dim] the last n of keys/values [kv, kv_heads, dim]'s positions, causal, grouped heads, float64."""
+def _causal_f64(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float, window: int | None = None,
+                softcap: float | None = None) -> torch.Tensor:
+    """q [n, heads, dim] the last n of keys/values [kv, kv_heads, dim]'s positions, causal (each query sees the
+    last `window` positions up to its own, if given), logits soft-capped if given, grouped heads, float64."""
     n, heads, kv = q.shape[0], q.shape[1], keys.shape[0]
     group = heads // keys.shape[1]
     k, v = (x.double().repeat_interleave(group, 1) for x in (keys, values))
     out = torch.empty(q.shape, dtype=torch.float64)
     for i in range(n):
         end = kv - n + i + 1
-        weights = (torch.einsum("hd,khd->hk", q[i].double(), k[:end]) * scale).softmax(-1)
-        out[i] = torch.einsum("hk,khd->hd", weights, v[:end])
+        start = 0 if window is None else max(0, end - window)
+        logits = torch.einsum("hd,khd->hk", q[i].double(), k[start:end]) * scale
+        if softcap is not None:
+            logits = softcap * torch.tanh(logits / softcap)
+        out[i] = torch.einsum("hk,khd->hd", logits.softmax(-1), v[start:end])
     return out
 
 
@@ -123,7 +133,7 @@ def test_prefill_and_decode_match_float64_attention(tokamax, paged, monkeypatch)
              [("d", 1), ("c", 1), ("b", 1), ("a", 1)], "free a, b", [("e", 30), ("c", 1)])
     for work in steps:
         if isinstance(work, str):
-            store = paged.store._STORES[batches.cache]
+            store = paged.store.stores(batches.cache)["full_attention"]
             grown, held = store.pages, set(store.pages_of(batches.blocks("a") + batches.blocks("b")))
             for request in ("a", "b"):
                 batches.cache.free_blocks(request)
@@ -179,6 +189,132 @@ def test_block_view_is_transformers_own_layout(tokamax):
     free = torch.tensor([b for b in range(8, 14) if b not in blocks.tolist()][:2])
     view.index_copy_(0, free, view.index_select(0, blocks[:2]))
     assert torch.equal(view.index_select(0, free), want[:2])
+
+
+# ---- sliding-window layers: the pieces ---------------------------------------------------------------------------
+WINDOW = 6  # with page size 4: transformers' ring is 2 blocks (8 slots, 6 used), a window not on a page boundary
+
+
+def _window_config(family: str) -> transformers.PreTrainedConfig:
+    """Every layer sliding (Mistral: position_ids place the tokens) or sliding and full layers (Qwen3: the full
+    layers' lengths do), with a 6-token window."""
+    if family == "mistral":
+        return cb_models._mistral(sliding_window=WINDOW)
+    config = cb_models._qwen3_mixed()
+    config.sliding_window = WINDOW
+    return config
+
+
+class _History:
+    """Each (layer, request)'s keys and values so far, and float64 attention over them."""
+
+    def __init__(self) -> None:
+        self.kv: dict[tuple[int, str], list[torch.Tensor]] = {}
+
+    def add(self, layer: int, request: str, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
+        keys, values = self.kv.get((layer, request), (k[:0], v[:0]))
+        self.kv[(layer, request)] = [torch.cat([keys, k]), torch.cat([values, v])]
+        return self.kv[(layer, request)]
+
+    def copy(self, parent: str, child: str) -> None:
+        for (layer, request), kv in list(self.kv.items()):
+            if request == parent:
+                self.kv[(layer, child)] = list(kv)
+
+
+def _forward(tokamax: ModuleType, batches: Batches, history: _History, work: list[tuple[str, int]],
+             g: torch.Generator, softcap: float | None = None) -> None:
+    """One forward over `work` through every layer of `batches`' model; each request's output against float64
+    attention over its whole history (windowed on sliding-window layers)."""
+    config, kwargs = batches.cache.config, batches.step(work)
+    heads, kv_heads, dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    total = sum(n for _, n in work)
+    for index in range(config.num_hidden_layers):
+        sliding = batches.cache.layer_to_allocator[index].layer_type == "sliding_attention"
+        window = WINDOW if sliding else None
+        q = torch.randn(1, heads, total, dim, generator=g)
+        k, v = torch.randn(1, kv_heads, total, dim, generator=g), torch.randn(1, kv_heads, total, dim, generator=g)
+        out, _ = tokamax.flash_paged(Layer(index), q, k, v, None, scaling=dim**-0.5, sliding_window=window,
+                                     softcap=softcap, **kwargs)
+        start = 0
+        for request, n in work:
+            keys, values = history.add(index, request, *(x[0, :, start:start + n].transpose(0, 1) for x in (k, v)))
+            want = _causal_f64(q[0, :, start:start + n].transpose(0, 1), keys, values, dim**-0.5, window, softcap)
+            torch.testing.assert_close(out[0, start:start + n].double(), want, rtol=1e-5, atol=1e-5,
+                                       msg=lambda m, r=request, i=index: f"{r}, layer {i}: {m}")
+            start += n
+
+
+@pytest.mark.parametrize(("family", "softcap"), [("mistral", None), ("qwen3-mixed", 30.0)])
+def test_sliding_window_values_match_float64(tokamax, paged, monkeypatch, family, softcap):
+    """Window layers over page-size-4 blocks, a 6-token window: a prompt of 11 tokens in one call, one cut in a
+    chunk whose second chunk (9 tokens) crosses the window (its first queries see keys its last tokens would
+    overwrite in a ring of 6), decodes going round transformers' ring, two requests freed and a 13-token prompt
+    arriving; every output against float64 attention over the request's whole history, windowed on the window
+    layers (Qwen3's full layers: all of it; its kernel calls soft-capped). A request's pages stay within its
+    window and chunk, the page table's width within the window's pages, however long it runs; the cache grows
+    from 4 pages and never gives a page to two requests."""
+    monkeypatch.setattr(paged.store, "FIRST_PAGES", 4)
+    batches, history, g = Batches(_window_config(family), page_size=4, num_blocks=48), _History(), \
+        torch.Generator().manual_seed(5)
+    decodes = [("d", 1), ("c", 1), ("b", 1), ("a", 1)]
+    steps = [[("a", 5), ("b", 11), ("c", 7)], [("c", 9), ("a", 1), ("d", 3), ("b", 1)], *[decodes] * 5,
+             "free a, b", [("e", 13), ("c", 2)], [("e", 1), ("c", 1), ("d", 5)]]
+    for work in steps:
+        if isinstance(work, str):
+            for request in ("a", "b"):
+                batches.cache.free_blocks(request)
+            continue
+        _forward(tokamax, batches, history, work, g, softcap)
+        store = paged.store.stores(batches.cache)["sliding_attention"]
+        for request, n in work:
+            assert len(store.requests[request].pages) <= -(-(WINDOW + n) // 4) + 1, (request, n)
+        # 4 sequences of at most 13 new tokens after at most WINDOW - 1 visible ones, a page's shift: 8 pages
+        assert store.plan[2].page_indices.shape[0] <= 8 * 8
+    held = [page for request in store.requests.values() for page in request.pages.values()]
+    assert store.pages > 4 and len(held) == len(set(held)) and 0 not in held  # grown; no page given twice
+
+
+def test_window_ring_view_is_transformers_own_layout_forks_and_offloads(tokamax, paged):
+    """Window layers' blocks through the allocator's byte view (forks and CPU offloading copy them): the bytes
+    equal transformers' own ring after the same writes (cache.update: position p at slot p % window); a fork
+    through transformers' own prepare_fork_request / perform_cache_copy, and an offload (read the blocks, free
+    the request, its pages given away, new blocks, copy back) continue exactly: their next tokens' outputs
+    against float64 windowed attention over the parent's (the request's) history."""
+    config = _window_config("mistral")
+    ours, theirs, history, g = Batches(config, 4, 48), Batches(config, 4, 48), _History(), \
+        torch.Generator().manual_seed(6)
+    for work in ([("a", 9), ("b", 3)], [("b", 4), ("a", 1)]):  # b's chunk crosses the window
+        kwargs = theirs.step(work)
+        _forward(tokamax, ours, history, work, torch.Generator().manual_seed(len(work)))
+        g_theirs = torch.Generator().manual_seed(len(work))
+        for layer in range(config.num_hidden_layers):
+            total = sum(n for _, n in work)
+            torch.randn(1, config.num_attention_heads, total, config.head_dim, generator=g_theirs)
+            k, v = (torch.randn(1, config.num_key_value_heads, total, config.head_dim, generator=g_theirs)
+                    for _ in range(2))
+            theirs.cache.update(k, v, layer, dict(kwargs))
+    view, blocks = ours.allocator._copy_view, torch.tensor(ours.blocks("a") + ours.blocks("b"))
+    assert type(view).__name__ == "RingBytes" and ours.blocks("b") == theirs.blocks("b")
+    got, want = view.index_select(0, blocks), theirs.allocator._copy_view.index_select(0, blocks)
+    assert got.dtype == torch.uint8 and torch.equal(got, want)
+
+    ours.fork("a", "a2")
+    history.copy("a", "a2")
+    _forward(tokamax, ours, history, [("a2", 1), ("a", 2)], g)  # the child's first forward writes its ring in
+
+    # CPU offloading: transformers frees the request's blocks, then reads them (through the view); its pages go
+    store, b_blocks = paged.store.stores(ours.cache)["sliding_attention"], torch.tensor(ours.blocks("b"))
+    ours.cache.free_blocks("b", no_cache=True)
+    saved = view.index_select(0, b_blocks)
+    store._recycle(set())
+    assert "b" not in store.requests
+    _forward(tokamax, ours, history, [("a", 1), ("a2", 1)], g)
+    assert ours.cache.can_store_request_tokens(ours.states["b"], 1)  # restored: new blocks at its position
+    restored = torch.tensor(ours.blocks("b"))
+    view.index_copy_(0, restored, saved)
+    assert torch.equal(view.index_select(0, restored), saved)
+    _forward(tokamax, ours, history, [("b", 1), ("a2", 3)], g)
 
 
 # ---- generate_batch -----------------------------------------------------------------------------------------------
@@ -274,6 +410,88 @@ def test_forked_requests_match_paged_eager(tokamax, paged, monkeypatch):
             assert tokens == got[rid.split("__child#")[0]]
 
 
+# ---- generate_batch: sliding-window models ------------------------------------------------------------------------
+def test_sliding_window_requests_match_paged_eager(tokamax):
+    """Mistral with a 20-token window on every layer (transformers keeps every layer's cache as a ring of 3
+    blocks of 8), eight requests with their own max_new_tokens through the manager, at most 4 and 32 tokens a
+    step: prompts past the window (a 45-token one prefilled in chunks across it), decodes past it, requests
+    finishing at different steps. One kernel call per layer and forward, the window passed to the kernel; the
+    exports bounded by the window's pages, not the sequences' lengths."""
+    eager, ours = cb_models.pair("mistral-window")
+    lengths, new_tokens = [9, 30, 3, 45, 21, 14, 2, 26], [12, 3, 25, 8, 1, 16, 30, 5]
+    inputs = cb_models.prompts(lengths, seed=13)
+    gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0)
+    cb = dict(page_size=8, num_blocks=10, max_batch_tokens=32, max_requests_per_batch=4)
+    want = _manager_run(eager, inputs, new_tokens, gen, ContinuousBatchingConfig(**cb))
+    with _probed(ours, _namespace(tokamax)) as (probe, forwards):
+        got = _manager_run(ours, inputs, new_tokens, gen, ContinuousBatchingConfig(**cb))
+    assert [len(t) for t in got.values()] == new_tokens
+    assert got == want
+    assert probe.count("batched_rpa") == ours.config.num_hidden_layers * forwards[0], probe.calls
+    # tokens 8, 16 or 32; 8 sequences; pages per sequence: 19 visible + 7 (the shift) + 32 new < 8 pages
+    assert probe.exports()["batched_rpa"] <= 3 * 2 < forwards[0], (probe.exports(), forwards)
+
+
+@pytest.mark.parametrize(("family", "reference"), [("qwen3-mixed", "paged|eager"), ("gemma2", "eager")])
+def test_mixed_window_and_full_layers_match(tokamax, family, reference):
+    """Sliding and full layers in one model (transformers: one allocator each, both served by the kernel): Qwen3
+    with layer_types (a 10-token window) against paged|eager; Gemma 2 (a 12-token window on every other layer,
+    soft-capped attention logits, query_pre_attn_scalar, head_dim 32) against transformers' own eager generate()
+    one prompt at a time (paged|eager drops the soft cap). Prompts past the window, one chunked."""
+    theirs, ours = cb_models.pair(family, "paged|eager" if reference == "paged|eager" else "eager")
+    inputs = cb_models.prompts([7, 25, 40, 16, 3], seed=17)
+    gen = GenerationConfig(max_new_tokens=12, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    cb = dict(page_size=8, num_blocks=24, max_batch_tokens=32, max_requests_per_batch=4)
+    got = list(_generated(ours.generate_batch(inputs, generation_config=gen,
+                                              continuous_batching_config=ContinuousBatchingConfig(**cb))).values())
+    if reference == "paged|eager":
+        want = list(_generated(theirs.generate_batch(
+            inputs, generation_config=gen, continuous_batching_config=ContinuousBatchingConfig(**cb))).values())
+    else:
+        want = [theirs.generate(torch.tensor([p]), generation_config=gen)[0, len(p):].tolist() for p in inputs]
+    assert got == want
+
+
+def test_default_mistral_window_matches_paged_eager(tokamax):
+    """MistralConfig()'s own window (4096 tokens): transformers treats every layer as a window layer, so a plain
+    Mistral config runs this path; short prompts, the kernel given the window."""
+    assert cb_models._mistral_default_window().sliding_window == transformers.MistralConfig().sliding_window
+    eager, ours = cb_models.pair("mistral-default-window")
+    inputs = cb_models.prompts([5, 17, 3, 30], seed=19)
+    gen = GenerationConfig(max_new_tokens=6, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    cb = dict(page_size=16, num_blocks=16, max_batch_tokens=32, max_requests_per_batch=4)
+    want = _generated(eager.generate_batch(inputs, generation_config=gen,
+                                           continuous_batching_config=ContinuousBatchingConfig(**cb)))
+    got = _generated(ours.generate_batch(inputs, generation_config=gen,
+                                         continuous_batching_config=ContinuousBatchingConfig(**cb)))
+    assert group_layers_by_attn_type(ours.config) == {"sliding_attention": [0, 1]}
+    assert got == want
+
+
+def test_forked_window_requests_match_paged_eager(tokamax, paged, monkeypatch):
+    """num_return_sequences=2 on the 20-token-window Mistral with prompts past the window: transformers copies
+    every ring block of each request (no block sharing for window layers) through the ring view; parent and
+    child match paged|eager and each other."""
+    copied = []
+    ring_copy = paged.ring.RingBytes.index_copy_
+    monkeypatch.setattr(paged.ring.RingBytes, "index_copy_",
+                        lambda self, dim, ids, source: copied.append(len(ids)) or ring_copy(self, dim, ids, source))
+    eager, ours = cb_models.pair("mistral-window")
+    inputs = cb_models.prompts([26, 13, 43], seed=23)
+    gen = GenerationConfig(max_new_tokens=6, do_sample=True, top_k=1, num_return_sequences=2, eos_token_id=-1,
+                           pad_token_id=0)
+    cb = dict(page_size=8, num_blocks=24, max_batch_tokens=64, max_requests_per_batch=8)
+    want = _generated(eager.generate_batch(inputs, generation_config=gen,
+                                           continuous_batching_config=ContinuousBatchingConfig(**cb)))
+    got = _generated(ours.generate_batch(inputs, generation_config=gen,
+                                         continuous_batching_config=ContinuousBatchingConfig(**cb)))
+    assert len(got) == 6 and sum(copied) >= 3 + 2 + 3, copied  # every ring block (of 8 tokens) of each request
+    assert got == want
+    for rid, tokens in got.items():
+        if "__child#" in rid:
+            assert tokens == got[rid.split("__child#")[0]]
+
+
 # ---- refusals and loading -----------------------------------------------------------------------------------------
 def _refused(tokamax: ModuleType, config: transformers.PreTrainedConfig, *, layer: torch.nn.Module | None = None,
              dtype: torch.dtype = torch.float32, **options) -> str:  # noqa: ANN003
@@ -295,7 +513,8 @@ def _with_sinks() -> torch.nn.Module:
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize(("case", "message"), [
-    ("sliding", "layers [0, 1] are sliding-window layers"),
+    ("window-mismatch", "layer 0 attends over a window of 8 tokens but transformers keeps a window of 16"),
+    ("no-positions", "passes no position_ids to its attention function"),
     ("no-cache", "serves transformers' continuous batching only"),
     ("sinks", "attention sinks (GPT-OSS's s_aux) are not supported"),
     ("dropout", "attention dropout is not supported"),
@@ -304,9 +523,12 @@ def _with_sinks() -> torch.nn.Module:
 ])
 def test_refusals_say_why_and_what_to_use(tokamax, case, message):
     config = _config()
-    if case == "sliding":
-        text = _refused(tokamax, cb_models._mistral(sliding_window=16))
-        assert "attn_implementation='sdpa' or 'paged|eager'" in text
+    if case == "window-mismatch":
+        text = _refused(tokamax, cb_models._mistral(sliding_window=16), sliding_window=8)
+        assert "attn_implementation='paged|eager' or 'sdpa'" in text
+    elif case == "no-positions":  # every layer sliding, and the model does not pass position_ids (Cohere2's way)
+        text = _refused(tokamax, cb_models._mistral(sliding_window=16), position_ids=None)
+        assert "attn_implementation='paged|eager' or 'sdpa'" in text
     elif case == "no-cache":
         text = _refused(tokamax, config, cache=None)
         assert "kernels-community/tokamax:attention" in text

@@ -1,4 +1,9 @@
-"""What `flash_paged` refuses, and why, before anything runs: each message names the function and the way out."""
+"""What `flash_paged` refuses, and why, before anything runs: each message names the function and the way out.
+
+Served: full-attention and sliding-window layers (transformers' two cache allocators), causal, float32 or
+bfloat16, soft caps. Refused: sinks, dropout, output_attentions, non-causal layers, head_dims that differ,
+CUDA's block tables, a layer whose window is not its cache's.
+"""
 
 from __future__ import annotations
 
@@ -42,19 +47,19 @@ def call(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value:
                                   f"(the TPU kernel's), got {query.dtype} and {key.dtype}")
 
 
-def allocator(cache: Any) -> Any:
-    """transformers' full-attention allocator, the only kind whose pages the kernel's page table can address."""
-    allocators = cache.cache_allocators
-    windows = allocators.get("sliding_attention")
-    if windows is not None:
+def allocator(cache: Any, layer: int, sliding_window: int | None) -> Any:
+    """transformers' allocator of `layer`'s cache: full-attention (pages in order per request, addressed as they
+    are) or sliding-window (a ring per request, re-laid out by position: `window`), whose window the layer's must
+    be if it passes one."""
+    allocator = cache.layer_to_allocator.get(layer)
+    kind = getattr(allocator, "layer_type", None)
+    if kind not in ("full_attention", "sliding_attention"):
+        raise NotImplementedError(f"{NAME}: layer {layer} has no full-attention or sliding-window cache in "
+                                  f"transformers' continuous batching (allocators: {sorted(cache.cache_allocators)})"
+                                  "; only those kinds are served")
+    if kind == "sliding_attention" and sliding_window and sliding_window != allocator.sliding_window:
         raise NotImplementedError(
-            f"{NAME}: layers {windows.layer_indices} are sliding-window layers; transformers keeps their cache as "
-            f"a ring of {getattr(windows, 'sliding_window', '?')} tokens, whose pages the kernel's page table "
-            "(one page per block of a sequence, in order) cannot address; serve this model with "
-            "attn_implementation='sdpa' or 'paged|eager' (or set the config's sliding_window=None where the model "
-            "is trained without one)")
-    unknown = set(allocators) - {"full_attention"}
-    if unknown:
-        raise NotImplementedError(f"{NAME}: transformers' cache has {sorted(unknown)} allocators, which the kernel "
-                                  "cannot address; only full-attention layers are served")
-    return allocators["full_attention"]
+            f"{NAME}: layer {layer} attends over a window of {sliding_window} tokens but transformers keeps a "
+            f"window of {allocator.sliding_window} (the config's sliding_window) in its cache; use "
+            "attn_implementation='paged|eager' or 'sdpa'")
+    return allocator

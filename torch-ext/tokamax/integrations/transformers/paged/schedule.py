@@ -1,5 +1,6 @@
-"""One forward's plan for the kernel, shared by its layers: which sequences, in which order, padded to which
-sizes, with which page table.
+"""One forward's plan for the kernel, shared by its layers of one kind: which sequences, in which order, padded to
+which sizes, with which page table (`arrange`; `plan` builds the full-attention layers' rows, `window.plan` the
+sliding-window layers').
 
 - Order and `distribution`: upstream's kernel runs three passes over the sequences, decode (one new token),
   prefill-only (new tokens, nothing cached) and mixed (new tokens after cached ones), each over its range of
@@ -66,30 +67,20 @@ class StepPlan:
         return out[:self.tokens]
 
 
-def plan(cu_q: Sequence[int], cu_k: Sequence[int], tokens: int, read_index: torch.Tensor,
-         write_index: torch.Tensor, page_size: int, block_stride: int, device: torch.device,
-         pages_of: Callable[[list[int]], list[int]] = list) -> StepPlan:
-    """The plan for a forward of `tokens` new tokens, from transformers' cumulative lengths (host lists) and
-    its slot indices (device tensors) of the full-attention allocator; `pages_of` maps transformers' block ids
-    to the kernel cache's pages (the identity by default)."""
+def arrange(cu_q: Sequence[int], kv_lens: Sequence[int], tokens: int, device: torch.device,
+            rows: Callable[[list[int]], list[list[int]]]) -> StepPlan:
+    """The plan for a forward of `tokens` new tokens from transformers' cumulative query lengths (a host list),
+    each sequence's length in the kernel's view and `rows`, which gives the kernel's pages of each sequence
+    listed (in the kernel's order)."""
     q_lens = [b - a for a, b in zip(cu_q[:-1], cu_q[1:], strict=True)]
-    kv_lens = [b - a for a, b in zip(cu_k[:-1], cu_k[1:], strict=True)]
     live = [s for s, n in enumerate(q_lens) if n > 0]
-    if read_index.numel() > 0:
-        index, starts = read_index, cu_k  # every token of every sequence, cache first
-    else:
-        if any(kv_lens[s] != q_lens[s] for s in live):
-            raise RuntimeError("tokamax flash_paged: transformers passed no read_index although a sequence has "
-                               f"cached tokens (q lengths {q_lens}, kv lengths {kv_lens})")
-        index, starts = write_index, cu_q  # only fresh prompts: their new tokens are all their tokens
     order = sorted(live, key=lambda s: kind(q_lens[s], kv_lens[s]))
     counts = [sum(kind(q_lens[s], kv_lens[s]) == k for s in order) for k in (DECODE, PREFILL, MIXED)]
-    pages = [-(-kv_lens[s] // page_size) for s in order]
-    seqs, per_seq = bucket(len(order), MIN_SEQS), bucket(max(pages, default=1), MIN_PAGES)
+    page_rows = rows(order)
+    seqs, per_seq = bucket(len(order), MIN_SEQS), bucket(max(map(len, page_rows), default=1), MIN_PAGES)
     live_tokens = sum(q_lens[s] for s in order)
     padded = bucket(max(live_tokens, tokens), MIN_TOKENS)
 
-    positions, slots = tables.page_starts([starts[s] for s in order], pages, page_size, per_seq)
     cu = [0]
     for s in order:
         cu.append(cu[-1] + q_lens[s])
@@ -106,8 +97,32 @@ def plan(cu_q: Sequence[int], cu_k: Sequence[int], tokens: int, read_index: torc
     return StepPlan(
         tokens=tokens, padded_tokens=padded,
         kv_lens=torch.tensor([kv_lens[s] for s in order] + [0] * (seqs - len(order)), **i32),
-        page_indices=tables.page_table(pages_of(tables.blocks(index, positions, block_stride)), slots,
-                                       seqs * per_seq, device),
+        page_indices=tables.page_table(page_rows, per_seq, seqs, device),
         cu_q_lens=torch.tensor(cu + [cu[-1]] * (seqs - len(order)), **i32),
         distribution=torch.tensor([counts[0], counts[0] + counts[1], len(order)], **i32),
         to_kernel=to_kernel, from_kernel=from_kernel)
+
+
+def plan(cu_q: Sequence[int], cu_k: Sequence[int], tokens: int, read_index: torch.Tensor,
+         write_index: torch.Tensor, page_size: int, block_stride: int, device: torch.device,
+         pages_of: Callable[[list[int]], list[int]] = list) -> StepPlan:
+    """The plan of a forward's full-attention layers, from transformers' cumulative lengths (host lists) and
+    its slot indices (device tensors) of the full-attention allocator; `pages_of` maps transformers' block ids
+    to the kernel cache's pages (the identity by default)."""
+    q_lens = [b - a for a, b in zip(cu_q[:-1], cu_q[1:], strict=True)]
+    kv_lens = [b - a for a, b in zip(cu_k[:-1], cu_k[1:], strict=True)]
+    if read_index.numel() > 0:
+        index, starts = read_index, cu_k  # every token of every sequence, cache first
+    else:
+        if any(kv_lens[s] != n for s, n in enumerate(q_lens) if n > 0):
+            raise RuntimeError("tokamax flash_paged: transformers passed no read_index although a sequence has "
+                               f"cached tokens (q lengths {q_lens}, kv lengths {kv_lens})")
+        index, starts = write_index, cu_q  # only fresh prompts: their new tokens are all their tokens
+
+    def rows(order: list[int]) -> list[list[int]]:
+        pages = [-(-kv_lens[s] // page_size) for s in order]
+        flat = iter(pages_of(tables.blocks(index, tables.page_starts([starts[s] for s in order], pages, page_size),
+                                           block_stride)))
+        return [[next(flat) for _ in range(n)] for n in pages]
+
+    return arrange(cu_q, kv_lens, tokens, device, rows)

@@ -3,24 +3,26 @@
 transformers keeps one byte tensor for every layer, pages of K then pages of V per layer inside each block;
 upstream's kernel wants each layer's cache as [pages, page_size, 2 * kv_heads, head_dim] with K and V
 interleaved per head (K of head h at 2h, V at 2h + 1) and head_dim padded to the 128 lanes. The two cannot
-share memory, so each layer's cache lives here. transformers keeps deciding which blocks a request owns, shares
-and frees; each block it hands out gets a page here (the same page in every layer's tensor) when the kernel
-first needs it, and the kernel writes the new keys and values into the pages. The op donates the cache, so each
-layer's tensor is rebound to what the op returns.
+share memory, so each layer's cache lives here, one `Pages` pool per transformers allocator (its layers share
+page ids): `KernelCache` for full-attention layers, `window.WindowCache` for sliding-window ones. The op donates
+the cache, so each layer's tensor is rebound to what the op returns.
 
-Pages are given out as blocks are used, not for every block transformers could hand out: transformers sizes its
+Full-attention layers: transformers keeps deciding which blocks a request owns, shares and frees; each block it
+hands out gets a page here (the same page in every layer's tensor) when the kernel first needs it, and the kernel
+writes the new keys and values into the pages.
+
+Pages are given out as they are used, not for every block transformers could hand out: transformers sizes its
 cache from free memory (on a CPU or TPU host, from host RAM), far beyond what a run touches, and head_dim's
-padding would multiply that. The tensors start at 64 pages and double when every page holds a block transformers
-still uses (held by a request, or kept for prefix sharing); a page whose block went back to transformers' pool is
-given to the next new block first. They never outgrow transformers' own count of blocks (+1: page 0 stays zeros,
-for the page table's unused entries).
+padding would multiply that. The tensors start at 64 pages and double when every page is in use (a page whose
+block went back to transformers' pool is given out again first); a full-attention pool never outgrows
+transformers' own count of blocks (+1: page 0 stays zeros, for the page table's unused entries).
 
 transformers moves whole blocks in two places, both through its allocator's byte view `_copy_view`
 (`[blocks, bytes_per_block]`; transformers 5.22 calls only `index_select`, `index_copy_` and `.device` on it):
 forking a request (`num_return_sequences > 1`) and CPU offloading (`cpu_offload_space`). That view is pointed
-at these tensors (`BlockBytes`), so forks and offloads move the kernel's pages, in transformers' own byte
-layout. transformers' own cache tensor is then released (nothing else reads it once this cache serves the
-model).
+at these tensors (`BlockBytes`, `ring.RingBytes`), so forks and offloads move the kernel's pages, in
+transformers' own byte layout. transformers' own cache tensor is then released (nothing else reads it once
+these caches serve the model).
 """
 
 from __future__ import annotations
@@ -34,27 +36,27 @@ import torch
 LANES = 128  # the kernel pads head_dim to a multiple of the TPU's lanes
 _PACKING = {torch.float32: 1, torch.bfloat16: 2}  # values per 32-bit word: the kernel's head packing
 FIRST_PAGES = 64
+FULL, SLIDING = "full_attention", "sliding_attention"  # transformers' allocator kinds
 
 
 def align(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-class KernelCache:
-    """Each full-attention layer's cache in the kernel's layout, for one transformers `PagedAttentionCache`."""
+class Pages:
+    """The kernel-layout tensors of one transformers allocator's layers and their free pages."""
 
-    def __init__(self, cache: Any, allocator: Any, kv_heads: int, head_dim: int, dtype: torch.dtype,
-                 device: torch.device) -> None:
+    def __init__(self, allocator: Any, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device,
+                 max_pages: int) -> None:
         self.allocator = allocator
         self.page_size: int = allocator.tokens_per_page
         self.block_stride: int = allocator.block_physical_stride  # read/write index // stride = block id
         self.layer_indices: list[int] = list(allocator.layer_indices)
         self.kv_heads, self.head_dim, self.dtype, self.device = kv_heads, head_dim, dtype, device
-        self.max_pages = cache.cache_tensor.numel() // allocator.bytes_per_block + 1  # every block id, + page 0
+        self.max_pages = max_pages
         self.page_shape = (self.page_size, align(2 * kv_heads, _PACKING[dtype]), align(head_dim, LANES))
         self.pages = min(FIRST_PAGES, self.max_pages)
         self.layers: dict[int, torch.Tensor] = {}
-        self.page_of: dict[int, int] = {}  # transformers' block id -> page
         self.free: list[int] = list(range(self.pages - 1, 0, -1))  # page 0 is never given out
         self.plan: Any = None  # the step plan the layers of one forward share (attention.py)
 
@@ -68,30 +70,19 @@ class KernelCache:
         """The cache the op returned (the one passed was donated)."""
         self.layers[index] = tensor
 
-    def pages_of(self, blocks: Sequence[int]) -> list[int]:
-        """The pages of transformers' `blocks`, new blocks given free pages."""
-        out = []
-        for block in blocks:
-            page = self.page_of.get(block)
-            if page is None:
-                if not self.free:
-                    self._recycle(keep=set(blocks))
-                if not self.free:
-                    self._grow()
-                page = self.page_of[block] = self.free.pop()
-            out.append(page)
-        return out
+    def take(self, keep: Any) -> int:
+        """A free page, after freeing the unused ones (`_recycle`, sparing `keep`) or growing when none is left."""
+        if not self.free:
+            self._recycle(keep)
+        if not self.free:
+            self._grow()
+        return self.free.pop()
 
-    def _recycle(self, keep: set[int]) -> None:
-        """Frees the pages of blocks transformers no longer uses (neither a request's nor kept for sharing), but
-        not those of `keep` (the blocks being given pages)."""
-        used = {b for blocks in self.allocator.block_table.values() for b in blocks}
-        used |= set(self.allocator.ledger.cached_blocks) | keep
-        for block in [b for b in self.page_of if b not in used]:
-            self.free.append(self.page_of.pop(block))
+    def _recycle(self, keep: Any) -> None:
+        """Frees the pages nothing uses any more (each pool knows what is in use)."""
 
     def _grow(self) -> None:
-        """Doubles the pages (up to transformers' block count), keeping every layer's pages."""
+        """Doubles the pages (up to `max_pages`), keeping every layer's pages."""
         if self.pages >= self.max_pages:
             raise RuntimeError(f"tokamax flash_paged: all {self.pages} pages of the kernel's cache hold blocks "
                                "transformers still uses, more than its allocator has")
@@ -103,10 +94,47 @@ class KernelCache:
         self.free = list(range(grown - 1, self.pages - 1, -1))
         self.pages = grown
 
+    def gather(self, index: int, pages: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """Layer `index`'s keys and values at (page, offset) pairs: [n, 2 (k, v), kv_heads, head_dim]."""
+        rows = self.layer(index)[pages, offsets, :2 * self.kv_heads, :self.head_dim]
+        return rows.unflatten(1, (self.kv_heads, 2)).transpose(1, 2)
+
+    def scatter(self, index: int, pages: torch.Tensor, offsets: torch.Tensor, kv: torch.Tensor) -> None:
+        """Writes kv [n, 2 (k, v), kv_heads, head_dim] into layer `index` at (page, offset) pairs."""
+        self.layer(index)[pages, offsets, :2 * self.kv_heads, :self.head_dim] = kv.transpose(1, 2).flatten(1, 2)
+
     def bytes(self) -> int:
         """Bytes of every layer's cache."""
         return len(self.layer_indices) * self.pages * self.page_shape[0] * self.page_shape[1] * \
             self.page_shape[2] * self.dtype.itemsize
+
+
+class KernelCache(Pages):
+    """Each full-attention layer's cache in the kernel's layout: one page per transformers block."""
+
+    def __init__(self, cache: Any, allocator: Any, kv_heads: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device) -> None:
+        max_pages = cache.cache_tensor.numel() // allocator.bytes_per_block + 1  # every block id, + page 0
+        super().__init__(allocator, kv_heads, head_dim, dtype, device, max_pages)
+        self.page_of: dict[int, int] = {}  # transformers' block id -> page
+
+    def pages_of(self, blocks: Sequence[int]) -> list[int]:
+        """The pages of transformers' `blocks`, new blocks given free pages."""
+        out = []
+        for block in blocks:
+            page = self.page_of.get(block)
+            if page is None:
+                page = self.page_of[block] = self.take(set(blocks))
+            out.append(page)
+        return out
+
+    def _recycle(self, keep: set[int]) -> None:
+        """Frees the pages of blocks transformers no longer uses (neither a request's nor kept for sharing), but
+        not those of `keep` (the blocks being given pages)."""
+        used = {b for blocks in self.allocator.block_table.values() for b in blocks}
+        used |= set(self.allocator.ledger.cached_blocks) | keep
+        for block in [b for b in self.page_of if b not in used]:
+            self.free.append(self.page_of.pop(block))
 
 
 class BlockBytes:
@@ -144,20 +172,37 @@ class BlockBytes:
         return self
 
 
-_STORES: weakref.WeakKeyDictionary[Any, KernelCache] = weakref.WeakKeyDictionary()
+_STORES: weakref.WeakKeyDictionary[Any, dict[str, Pages]] = weakref.WeakKeyDictionary()
 
 
-def store_for(cache: Any, allocator: Any, key: torch.Tensor) -> KernelCache:
-    """The kernel's cache bound to transformers' `cache` (made, and transformers' block view pointed at it, on the
-    first call; transformers' own cache tensor released)."""
-    store = _STORES.get(cache)
-    if store is None:
-        store = KernelCache(cache, allocator, key.shape[1], key.shape[3], key.dtype, key.device)
-        allocator._copy_view = BlockBytes(store, allocator.bytes_per_block)
+def store_for(cache: Any, allocator: Any, key: torch.Tensor) -> Pages:
+    """The kernel's cache of `allocator`'s layers, bound to transformers' `cache`: on the first call one pool per
+    allocator is made (every allocator at once: transformers' cache tensor, which sizes them, is then released)
+    and each allocator's block view pointed at its pool."""
+    stores = _STORES.get(cache)
+    if stores is None:
+        from . import ring, window  # they build on Pages
+
+        stores = {}
+        for kind, each in cache.cache_allocators.items():
+            shape = (each, key.shape[1], key.shape[3], key.dtype, key.device)
+            if kind == FULL:
+                stores[kind] = KernelCache(cache, *shape)
+                each._copy_view = BlockBytes(stores[kind], each.bytes_per_block)
+            else:
+                stores[kind] = window.WindowCache(cache, *shape)
+                each._copy_view = ring.RingBytes(stores[kind], each.bytes_per_block)
         # transformers reads its cache tensor only through `update` and the CUDA block-table path, neither of
-        # which runs once this cache serves the model: release it.
+        # which runs once these caches serve the model: release it.
         empty = torch.empty(0, dtype=torch.uint8, device=cache.cache_tensor.device)
-        allocator.cache_tensor, allocator._kv_token_views, allocator._kv_page_views = empty, {}, {}
+        for each in cache.cache_allocators.values():
+            each.cache_tensor, each._kv_token_views, each._kv_page_views = empty, {}, {}
         cache.cache_tensor = empty
-        _STORES[cache] = store
-    return store
+        _STORES[cache] = stores
+    return stores[allocator.layer_type]
+
+
+def stores(cache: Any) -> dict[str, Pages]:
+    """The pools bound to transformers' `cache` by kind ("full_attention", "sliding_attention"); {} before the
+    first call."""
+    return _STORES.get(cache, {})
