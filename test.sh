@@ -26,6 +26,20 @@ esac
 
 # Tests load build/torch-tpu in-process: keep bytecode out of the bundle.
 export PYTHONDONTWRITEBYTECODE=1
+# What repeats from run to run is kept per user, next to the venvs, each keyed by what it depends on:
+# - XLA's compiled programs, in JAX's own persistent compilation cache (JAX keys each program on its HLO,
+#   jax and jaxlib, flags and backend): interpret mode compiles large programs, and compiling them again
+#   is much of a run. TOKAMAX_JAX_CACHE moves it, TOKAMAX_JAX_CACHE=off compiles everything afresh.
+# - upstream's side of the comparisons (its lowerings, and its own suite's outcomes on tokamax 0.0.17),
+#   reused while the upstream venv and every file they read are unchanged (tests/upstream_reference.py,
+#   tools/upstream_suite/reference.py). TOKAMAX_REFERENCES moves it, TOKAMAX_REFERENCES=off runs it afresh.
+# The code under test is never cached: every run lowers, compiles where the cache misses, and runs it.
+jax_cache="${TOKAMAX_JAX_CACHE:-$CACHE_ROOT/jax-compilation}"
+if [ "$jax_cache" != off ]; then
+  export JAX_COMPILATION_CACHE_DIR="$jax_cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
+  export JAX_COMPILATION_CACHE_MAX_SIZE=$((8 << 30))  # bytes; JAX drops the least recently used beyond
+fi
+export TOKAMAX_REFERENCES="${TOKAMAX_REFERENCES:-$CACHE_ROOT/references}"
 reports="$REPO/build/test-reports"
 logs="$REPO/build/test-logs"
 rm -rf "$reports" "$logs" build/upstream-suite/results

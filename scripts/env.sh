@@ -26,7 +26,8 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # requirements and the interpreter's version), so that every clone and worktree with the same pins
 # shares them, as pre-commit shares its environments; .venv/TIER in the clone links to the one in use.
 # TOKAMAX_VENVS moves the cache (TOKAMAX_VENVS=$PWD/.venv-cache keeps everything in the clone).
-VENVS="${TOKAMAX_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/kernels-community-tokamax/venvs}"
+CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/kernels-community-tokamax"
+VENVS="${TOKAMAX_VENVS:-$CACHE_ROOT/venvs}"
 
 _tier_python_version() {
   case "$1" in

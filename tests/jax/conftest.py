@@ -64,18 +64,16 @@ def our_bodies(our_lowering):
 
 def upstream_report(script: str, out: Path, *inputs: Path) -> dict:
     """Runs `script` (a path below the repo) in the upstream venv (tokamax 0.0.17) as `script
-    INPUTS... OUT`; it writes its JSON report to `out`. Returns the report, checked to come from the
-    same jax as this tier."""
+    INPUTS... OUT`, or reuses its report while nothing it depends on changed (tests/upstream_reference.py);
+    it writes its JSON report to `out`. Returns the report, checked to come from the same jax as this tier."""
     import json
-    import subprocess
 
     import jax
 
-    from tests.conftest import REPO, tier_python
+    from tests import upstream_reference
+    from tests.conftest import tier_python
 
-    result = subprocess.run([tier_python("upstream"), str(REPO / script), *map(str, inputs), str(out)],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-4000:]
+    upstream_reference.run(tier_python("upstream"), script, out, *inputs)
     report = json.loads(out.read_text())
     assert report["jax"] == jax.__version__, "both sides must lower with the same jax"
     return report

@@ -1,7 +1,8 @@
 """Mosaic identity: for every case and chip, our serialized Mosaic bodies equal upstream's, byte for byte.
 
 Upstream tokamax 0.0.17 (installed in its own venv for the tests only, never a dependency of
-the kernel) lowers the same cases with the same jax in a subprocess; identical Mosaic bodies
+the kernel) lowers the same cases with the same jax in a subprocess (its report reused while nothing
+it depends on changed: tests/upstream_reference.py); identical Mosaic bodies
 mean the port runs on a TPU exactly as upstream does, speed and numerics alike.
 """
 
@@ -9,22 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 
 import jax
 import pytest
 
-from tests.conftest import REPO, tier_python
+from tests import upstream_reference
+from tests.conftest import tier_python
 from tests.jax.cases import Case, all_cases
 
 
 @pytest.fixture(scope="session")
 def upstream(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("upstream") / "bodies.json"
-    python = tier_python("upstream")
-    result = subprocess.run([python, str(REPO / "tests/jax/upstream_bodies.py"), str(out)], capture_output=True,
-                            text=True)
-    assert result.returncode == 0, result.stderr[-4000:]
+    upstream_reference.run(tier_python("upstream"), "tests/jax/upstream_bodies.py", out)
     report = json.loads(out.read_text())
     assert report["tokamax"] == "0.0.17"
     assert report["jax"] == jax.__version__, "both sides must lower with the same jax"

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .. import venvs
-from . import sdist
+from . import reference, sdist
 from .compare import compare, evidence, load_deviations, render
 from .run import read_side, run_side
 from .sites import SuiteError, build_port_site, build_upstream_site, installed_package, load_selection
@@ -41,7 +41,19 @@ def main(argv: list[str] | None = None) -> int:
         deviations = load_deviations()
         ini = sdist.pytest_ini()
         runs = {}
+        cache = reference.cache_dir()
         for side in sides:
+            if side == "upstream" and cache is not None:
+                python = args.upstream_python or venvs.tier_python("upstream")
+                digest = reference.key(python, upstream_files, args.all)
+                entry = reference.restore(cache, digest, results)
+                if entry is not None:
+                    runs[side] = read_side(side, args.work / "upstream-site", results,
+                                           wrappers=bool(selection.wrappers))
+                    print(f"upstream suite, side upstream: {len(runs[side].outcomes)} cases reused from {entry} "
+                          f"(they ran in {runs[side].seconds:.0f} s; nothing they depend on changed since; "
+                          "TOKAMAX_REFERENCES=off runs them again)", flush=True)
+                    continue
             if side == "port":
                 python = args.port_python or venvs.tier_python("upstream-suite")
                 site = build_port_site(args.variant / "_ported", upstream_files, selection, args.work / "port-site",
@@ -55,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"tokamax {sdist.version()}" + (f" against {args.variant / '_ported'}" if side == "port" else ""),
                   flush=True)
             runs[side] = run_side(side, python, site, selection, results)
+            finished = [results / f"{side}.xml", *([results / f"{side}-interpret.xml"] if selection.wrappers else [])]
+            if side == "upstream" and cache is not None and all(f.is_file() for f in finished):  # pytest ended
+                reference.store(cache, reference.key(python, upstream_files, args.all), results, side)
             print(f"upstream suite, side {side}: {len(runs[side].outcomes)} cases in {runs[side].seconds:.0f} s",
                   flush=True)
         if args.side:

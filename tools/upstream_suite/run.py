@@ -35,8 +35,10 @@ def run_side(name: str, python: str, site: Path, selection: Selection, out_dir: 
     """Runs `selection` in `site` with `python`; JUnit and outcomes land in `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     outcomes_file, junit = out_dir / f"{name}.jsonl", out_dir / f"{name}.xml"
-    for stale in (outcomes_file, Path(str(outcomes_file) + ".wrappers"), out_dir / f"{name}.seconds"):
+    for stale in (outcomes_file, Path(str(outcomes_file) + ".wrappers"), out_dir / f"{name}.seconds", junit,
+                  out_dir / f"{name}-interpret.xml"):
         stale.unlink(missing_ok=True)
+    (out_dir / f"{name}.site").write_text(f"{site}\n")
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1",
                PYTHONPATH=os.pathsep.join([str(site), str(PLUGIN_DIR)]),
                UPSTREAM_SUITE_OUTCOMES=str(outcomes_file))
@@ -61,7 +63,12 @@ def run_side(name: str, python: str, site: Path, selection: Selection, out_dir: 
 
 
 def read_side(name: str, site: Path, out_dir: Path, wrappers: bool) -> SideRun:
-    """One side's outcomes as `run_side` left them in `out_dir` (this run's, or an error)."""
+    """One side's outcomes as `run_side` left them in `out_dir` (this run's, or an error). The tests must
+    have imported `tokamax` from the site they ran in (`site`, or the one the run recorded: a run kept in the
+    reference cache ran in another clone's site)."""
+    recorded = out_dir / f"{name}.site"
+    if recorded.is_file():
+        site = Path(recorded.read_text().strip())
     outcomes_file = out_dir / f"{name}.jsonl"
     seconds_file = out_dir / f"{name}.seconds"
     if not seconds_file.exists():
