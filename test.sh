@@ -36,7 +36,7 @@ export PYTHONDONTWRITEBYTECODE=1
 # The code under test is never cached: every run lowers, compiles where the cache misses, and runs it.
 jax_cache="${TOKAMAX_JAX_CACHE:-$CACHE_ROOT/jax-compilation}"
 if [ "$jax_cache" != off ]; then
-  export JAX_COMPILATION_CACHE_DIR="$jax_cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
+  export JAX_COMPILATION_CACHE_DIR="$jax_cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.1
   export JAX_COMPILATION_CACHE_MAX_SIZE=$((8 << 30))  # bytes; JAX drops the least recently used beyond
 fi
 export TOKAMAX_REFERENCES="${TOKAMAX_REFERENCES:-$CACHE_ROOT/references}"

@@ -61,7 +61,7 @@ def _assert_same(eager: tuple, ours: tuple, valid: torch.Tensor) -> None:
         torch.testing.assert_close(grads_t[name], grads_e[name], **TOL, msg=lambda m, n=name: f"{n}: {m}")
 
 
-@pytest.mark.parametrize("length", [1, 37, 129, 200])
+@pytest.mark.parametrize("length", [1, 37, 129])
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_training_step_matches_eager(tokamax, family, length):
     eager, ours = pair(family, tokamax, train=True)
