@@ -4,7 +4,7 @@
 # (scripts/env.sh), in the background, in the order the jobs need them:
 #   jax          Python 3.12, jax 0.12: tests/ but tests/torch
 #   torch-py312  Python 3.12, torch 2.13, torch-tpu 0.2.0, jax 0.12 (the stack TPU users install):
-#                tests/torch and tests/kernel
+#                tests/torch and tests/kernel, as two jobs (torch-py312-transformers: tests/torch/transformers)
 #   torch-py311  Python 3.11, torch 2.13 CPU, torch-tpu 0.2.0, jax 0.10.2: the kernels_ci subset and
 #                the ops' refusals that name the jax they need (marker jax_floor)
 #   torch-py313  Python 3.13, torch 2.11 (kernel-builder's), torch-tpu 0.2.0, jax 0.12: the bundle's
@@ -64,7 +64,12 @@ job_jax() {
 }
 job_torch_py312() {
   local python; python=$(ensure_venv torch-tier)
-  TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_pytest torch-py312 "$python" "" tests/torch tests/kernel
+  TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_pytest torch-py312 "$python" "" tests/torch tests/kernel \
+    --ignore=tests/torch/transformers
+}
+job_torch_py312_transformers() {  # the same tier, its transformers tests as a job of their own (balance)
+  local python; python=$(ensure_venv torch-tier)
+  TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_pytest torch-py312-transformers "$python" "" tests/torch/transformers
 }
 job_torch_py311() {
   local python; python=$(ensure_venv torch-tier-py311)
@@ -114,12 +119,14 @@ prefetch() {
 if [ $fast = 1 ]; then
   prefetch torch-tier jax-only jax-only-py311 torch-tier-py313 torch-tier-py311 > "$logs/prefetch.log" 2>&1 &
   prefetch_pid=$!
-  run_jobs jax torch-py312 torch-py313 torch-py311
+  run_jobs jax torch-py312 torch-py312-transformers torch-py313 torch-py311
 else
   prefetch upstream torch-tier jax-only jax-only-py311 upstream-suite torch-tier-py313 torch-tier-py311 \
     > "$logs/prefetch.log" 2>&1 &
   prefetch_pid=$!
-  run_jobs jax suite-upstream torch-py312 suite-port torch-py313 torch-py311
+  # Longest first, so that the two lanes end together (with the caches of an earlier run: jax ~17 min,
+  # the Torch tier's transformers tests ~13, the rest of it ~12, side port ~9, 3.13 and 3.11 ~3 each)
+  run_jobs jax torch-py312-transformers torch-py312 suite-upstream suite-port torch-py313 torch-py311
   echo "== upstream suite (tokamax's own tests: upstream against the port)"
   "$jax_python" -m tools.upstream_suite --compare > "$logs/suite-compare.log" 2>&1 || status=1
   cat "$logs/suite-compare.log"
@@ -128,5 +135,6 @@ fi
 
 wait "$prefetch_pid" || true
 [ -f "$reports/kernels-benchmark.txt" ] && cat "$reports/kernels-benchmark.txt"
-"$jax_python" scripts/tier_summary.py "$reports"/{jax-py312,torch-py312,torch-py311,torch-py313}.xml || status=1
+"$jax_python" scripts/tier_summary.py "$reports"/{jax-py312,torch-py312,torch-py312-transformers,torch-py311,torch-py313}.xml \
+  || status=1
 exit $status

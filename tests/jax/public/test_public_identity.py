@@ -1,5 +1,5 @@
 """Public-call identity: `tokamax.ops.ragged_dot` lowers to upstream's `tokamax.ragged_dot`,
-forward and through `jax.grad`, on v5e, v6e and v7x, as one whole module.
+forward and through `jax.grad`, each call on one of v5e, v6e and v7x (rotating), as one whole module.
 
 Each case is lowered on both sides with upstream's cross-compile option, the same jax, the
 same emulated chip and abstract TPU mesh; `normalise.py` says what is normalised (locations,
@@ -17,7 +17,20 @@ from tests.jax.public.cases import PublicCase, all_public_cases
 from tests.jax.public.lowering import lower_public
 from tests.jax.public.normalise import mosaic_count, normalise
 
-CASES = all_public_cases()
+
+def _one_chip_each(cases: list[PublicCase]) -> list[PublicCase]:
+    """Each public call on one of its chips, the chip rotating from call to call. What differs per chip
+    is held elsewhere on every chip: the config each chip's table gives every key (test_selection.py,
+    against upstream's choice) and the Mosaic bodies of every kernel case (test_mosaic_identity.py);
+    what this file adds, the whole public module (the call's wrapping, VJP and dispatch), does not
+    depend on the chip. Upstream's side lowers every call on every chip (upstream_run.py)."""
+    by_id: dict[str, list[PublicCase]] = {}
+    for case in cases:
+        by_id.setdefault(case.id, []).append(case)
+    return [group[i % len(group)] for i, group in enumerate(by_id.values())]
+
+
+CASES = _one_chip_each(all_public_cases())
 
 # Calls upstream 0.0.17 fails and this kernel fixes (tokamax/port/port.kdl says how): the error
 # upstream raises, which must still be upstream's; this kernel's lowering holds the Mosaic kernels
@@ -60,7 +73,8 @@ def test_the_comparison_sees_a_different_config(public_api, emulation, upstream_
     """Guard against a vacuous check: the same call with another config gives another module."""
     import dataclasses
 
-    case = next(c for c in CASES if c.id == "ragged_dot/mosaic/heuristic-512x256x384g4/fwd" and c.chip == "v6e")
+    case = next(c for c in all_public_cases()
+                if c.id == "ragged_dot/mosaic/heuristic-512x256x384g4/fwd" and c.chip == "v6e")
     retiled = public_api.ops.tpu.RaggedDot(config=public_api.ops.tpu.RaggedDotConfig(tile_m=256))
 
     def build(api):  # noqa: ANN001, ANN202
