@@ -5,7 +5,7 @@ release) and writes a JSON report: upstream's lowerings, bodies or errors for th
 this kernel against. It is a pure function of that venv, its arguments' bytes and the repo's files it
 imports, so its report is kept in a cache and reused while all of those are unchanged, as a build system
 keeps an output while its inputs are: lowering upstream's side again at every run is most of what some
-files cost (upstream's public calls: about 9 minutes on this host's two cores).
+files cost (upstream's public calls: about 5 minutes on this host's two cores).
 
 Where: TOKAMAX_REFERENCES (default: kernels-community-tokamax/references in the user's cache folder),
 `TOKAMAX_REFERENCES=off` runs every script afresh. An entry is keyed by the upstream venv (its folder is named
@@ -24,19 +24,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tools.upstream_suite.reference import ENVIRONMENT, cache_dir, venv_of
+
 REPO = Path(__file__).resolve().parents[1]
 RUNNER = Path(__file__).with_name("upstream_reference_runner.py")
-_ENVIRONMENT = ("XLA_FLAGS", "JAX_PLATFORMS", "JAX_ENABLE_X64")
-
-
-def cache_dir() -> Path | None:
-    """The cache folder, or None when TOKAMAX_REFERENCES=off."""
-    setting = os.environ.get("TOKAMAX_REFERENCES", "")
-    if setting == "off":
-        return None
-    if setting:
-        return Path(setting)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernels-community-tokamax/references"
 
 
 def _digest(path: Path) -> str:
@@ -45,8 +36,8 @@ def _digest(path: Path) -> str:
 
 def _entry(cache: Path, python: str, script: str, inputs: tuple[Path, ...]) -> Path:
     key = hashlib.sha256()
-    for part in (os.path.realpath(python), script, *map(_digest, inputs),
-                 *(f"{name}={os.environ.get(name, '')}" for name in _ENVIRONMENT)):
+    for part in (venv_of(python), script, *map(_digest, inputs),
+                 *(f"{name}={os.environ.get(name, '')}" for name in ENVIRONMENT)):
         key.update(part.encode() + b"\0")
     return cache / f"{Path(script).stem}-{key.hexdigest()[:24]}.json"
 

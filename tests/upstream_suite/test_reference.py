@@ -53,6 +53,18 @@ def test_the_key_follows_the_sdist_the_venv_and_the_environment(monkeypatch):
     assert base != reference.key("/usr/bin/python3", files, everything=False)
 
 
+def test_the_key_tells_venvs_of_one_python_apart(tmp_path):
+    """Two venvs of one interpreter (other pins) link to the same base python: the key must not resolve it."""
+    import sys
+
+    keys = set()
+    for name in ("upstream-aaaa", "upstream-bbbb"):
+        (tmp_path / name / "bin").mkdir(parents=True)
+        (tmp_path / name / "bin/python").symlink_to(sys.executable)
+        keys.add(reference.key(str(tmp_path / name / "bin/python"), {}, everything=False))
+    assert len(keys) == 2
+
+
 def test_off_means_no_cache(monkeypatch):
     monkeypatch.setenv("TOKAMAX_REFERENCES", "off")
     assert reference.cache_dir() is None

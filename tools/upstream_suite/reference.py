@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-_ENVIRONMENT = ("XLA_FLAGS", "JAX_PLATFORMS", "JAX_ENABLE_X64")
+ENVIRONMENT = ("XLA_FLAGS", "JAX_PLATFORMS", "JAX_ENABLE_X64")  # what JAX reads that could change a result
 
 
 def cache_dir() -> Path | None:
@@ -31,6 +31,12 @@ def cache_dir() -> Path | None:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernels-community-tokamax/references"
 
 
+def venv_of(python: str) -> str:
+    """The venv folder `python` runs in, resolved: named by its pins (scripts/env.sh). Not the interpreter's
+    own real path, which is the base Python every venv of that version links to."""
+    return os.path.realpath(Path(python).parent.parent)
+
+
 def key(python: str, upstream_files: dict[str, bytes], everything: bool) -> str:
     """The hash of everything side "upstream" depends on."""
     digest = hashlib.sha256()
@@ -39,12 +45,12 @@ def key(python: str, upstream_files: dict[str, bytes], everything: bool) -> str:
         for part in parts:
             digest.update((part.encode() if isinstance(part, str) else part) + b"\0")
 
-    add(os.path.realpath(python), "all" if everything else "ci")
+    add(venv_of(python), "all" if everything else "ci")
     for rel in sorted(upstream_files):
         add(rel, hashlib.sha256(upstream_files[rel]).digest())
     for path in sorted(p for p in HERE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         add(str(path.relative_to(HERE)), path.read_bytes())
-    add(*(f"{name}={os.environ.get(name, '')}" for name in _ENVIRONMENT))
+    add(*(f"{name}={os.environ.get(name, '')}" for name in ENVIRONMENT))
     return digest.hexdigest()[:24]
 
 

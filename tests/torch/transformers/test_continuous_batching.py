@@ -385,6 +385,23 @@ def test_requests_with_their_own_lengths_match_paged_eager(tokamax):
     assert got == want
 
 
+def _forked(eager: torch.nn.Module, ours: torch.nn.Module, inputs: list[list[int]],
+            max_new_tokens: int) -> tuple[dict, dict]:
+    """generate_batch with num_return_sequences=2 (top_k=1 sampling: deterministic) on both models, 8 requests a
+    batch in 24 blocks of 8: (ours, theirs), each of our children checked equal to its parent."""
+    gen = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=True, top_k=1, num_return_sequences=2,
+                           eos_token_id=-1, pad_token_id=0)
+    cb = dict(page_size=8, num_blocks=24, max_batch_tokens=64, max_requests_per_batch=8)
+    want = _generated(eager.generate_batch(inputs, generation_config=gen,
+                                           continuous_batching_config=ContinuousBatchingConfig(**cb)))
+    got = _generated(ours.generate_batch(inputs, generation_config=gen,
+                                         continuous_batching_config=ContinuousBatchingConfig(**cb)))
+    for rid, tokens in got.items():
+        if "__child#" in rid:
+            assert tokens == got[rid.split("__child#")[0]], f"{rid} differs from its parent"
+    return got, want
+
+
 def test_forked_requests_match_paged_eager(tokamax, paged, monkeypatch):
     """num_return_sequences=2: transformers forks each request after its prompt, sharing its full blocks and copying
     the last one through the block view; top_k=1 sampling is deterministic, so parent and child match paged|eager."""
@@ -395,19 +412,10 @@ def test_forked_requests_match_paged_eager(tokamax, paged, monkeypatch):
     eager, ours = cb_models.pair("llama-gqa")
     lengths = [6, 13, 21]
     inputs = cb_models.prompts(lengths, seed=7)
-    gen = GenerationConfig(max_new_tokens=5, do_sample=True, top_k=1, num_return_sequences=2, eos_token_id=-1,
-                           pad_token_id=0)
-    cb = dict(page_size=8, num_blocks=24, max_batch_tokens=64, max_requests_per_batch=8)
-    want = _generated(eager.generate_batch(inputs, generation_config=gen,
-                                           continuous_batching_config=ContinuousBatchingConfig(**cb)))
-    got = _generated(ours.generate_batch(inputs, generation_config=gen,
-                                         continuous_batching_config=ContinuousBatchingConfig(**cb)))
+    got, want = _forked(eager, ours, inputs, max_new_tokens=5)
     assert len(got) == 2 * len(lengths) and any("__child#" in rid for rid in got)
     assert sum(copied) >= len(lengths), copied  # every request's partial last block was copied for its child
     assert got == want
-    for rid, tokens in got.items():
-        if "__child#" in rid:
-            assert tokens == got[rid.split("__child#")[0]]
 
 
 # ---- generate_batch: sliding-window models ------------------------------------------------------------------------
@@ -478,18 +486,9 @@ def test_forked_window_requests_match_paged_eager(tokamax, paged, monkeypatch):
                         lambda self, dim, ids, source: copied.append(len(ids)) or ring_copy(self, dim, ids, source))
     eager, ours = cb_models.pair("mistral-window")
     inputs = cb_models.prompts([26, 13, 43], seed=23)
-    gen = GenerationConfig(max_new_tokens=6, do_sample=True, top_k=1, num_return_sequences=2, eos_token_id=-1,
-                           pad_token_id=0)
-    cb = dict(page_size=8, num_blocks=24, max_batch_tokens=64, max_requests_per_batch=8)
-    want = _generated(eager.generate_batch(inputs, generation_config=gen,
-                                           continuous_batching_config=ContinuousBatchingConfig(**cb)))
-    got = _generated(ours.generate_batch(inputs, generation_config=gen,
-                                         continuous_batching_config=ContinuousBatchingConfig(**cb)))
+    got, want = _forked(eager, ours, inputs, max_new_tokens=6)
     assert len(got) == 6 and sum(copied) >= 3 + 2 + 3, copied  # every ring block (of 8 tokens) of each request
     assert got == want
-    for rid, tokens in got.items():
-        if "__child#" in rid:
-            assert tokens == got[rid.split("__child#")[0]]
 
 
 # ---- refusals and loading -----------------------------------------------------------------------------------------
