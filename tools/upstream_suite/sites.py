@@ -126,7 +126,8 @@ def build_port_site(ported: Path, upstream: dict[str, bytes], selection: Selecti
 
 def installed_package(python: str) -> Path:
     """Where `python` (the upstream venv's) imports upstream tokamax from."""
-    result = subprocess.run([python, "-c", "import os, tokamax; print(os.path.dirname(tokamax.__file__))"],
+    # -P: the working directory (a temporary one, where anything may lie, e.g. a stray six.py) is not on the path
+    result = subprocess.run([python, "-P", "-c", "import os, tokamax; print(os.path.dirname(tokamax.__file__))"],
                             capture_output=True, text=True, cwd=tempfile.gettempdir())
     if result.returncode != 0:
         raise SuiteError(f"{python} cannot import upstream tokamax:\n{result.stderr.strip()}")

@@ -14,8 +14,8 @@ from tests.conftest import VARIANT
 from . import launcher, steps, tiny
 
 HERE = Path(__file__).parent
-ORDER = ["ddp", "fsdp2", "tensor_parallel", "expert_parallel", "expert_parallel_router", "dense_tensor_parallel",
-         "op_values"]
+ORDER = ["ddp", "fsdp2", "fsdp2_head_unit", "tensor_parallel", "expert_parallel", "expert_parallel_router",
+         "dense_tensor_parallel", "tied_tensor_parallel", "accumulated_tensor_parallel", "op_values"]
 SCENARIOS = {name: f"tests.torch.distributed.steps.{name}" for name in ORDER[:-1]}
 SCENARIOS["op_values"] = "tests.torch.distributed.op_values.all_cases"
 JOB_TIMEOUT = 1500.0  # seconds for the whole job: measured 86 s (2 cores, load ~3) to 5.4 min (load ~6)
@@ -36,16 +36,23 @@ def job(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     assert (VARIANT / "metadata.json").exists(), "build the bundle first (./build.sh; the test command does)"
     names = _wanted(request.session)
     workdir = tmp_path_factory.mktemp("distributed")
-    families = ("qwen3_moe", "llama")
+    families = ("qwen3_moe", "llama", "llama_tied")
     for family in families:
         tiny.save_checkpoint(workdir, family)
     running = launcher.Job([SCENARIOS[n] for n in names], workdir, VARIANT)
     try:
         references = {f: steps.reference(workdir, f) for f in families if _needs(f, names)}
+        if "accumulated_tensor_parallel" in names:
+            references["llama, labels ignored"] = steps.reference(workdir, "llama", ignored=True)
     finally:
         records = running.wait(JOB_TIMEOUT)
     return {"records": {n: records[SCENARIOS[n]] for n in names}, "references": references}
 
 
+_USERS = {"llama": ["dense_tensor_parallel"], "llama_tied": ["tied_tensor_parallel"],
+          "qwen3_moe": ["ddp", "fsdp2", "fsdp2_head_unit", "tensor_parallel", "expert_parallel",
+                        "expert_parallel_router"]}
+
+
 def _needs(family: str, names: list[str]) -> bool:
-    return any(n in names for n in (["dense_tensor_parallel"] if family == "llama" else ORDER[:5]))
+    return any(n in names for n in _USERS[family])

@@ -63,6 +63,20 @@ def _case(fn: Callable[..., Any], reference: Callable[..., Any], whole: dict[str
             "grad_placements": {n: g.placements if isinstance(g, DTensor) else None for n, g in grads.items()}}
 
 
+def _refusal(fn: Callable[..., Any], whole: dict[str, torch.Tensor], placements: dict[str, Any]) -> dict[str, str]:
+    """fn on DTensors (as `_case`), expected to raise: the message each rank gets (rank 0's reported)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    split = {n: distribute_tensor(t, mesh, [placements.get(n, Replicate())]) for n, t in whole.items()}
+    try:
+        fn(**split)
+    except Exception as error:  # noqa: BLE001  (the test checks its type and message)
+        return {"raised": f"{type(error).__name__}: {error}"}
+    return {"raised": None}
+
+
 def _randn(*shape: int, seed: int) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
 
@@ -74,6 +88,14 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_ids: torch.T
 
     positions = torch.arange(q.shape[2]).expand(q.shape[0], -1)
     return attention(q, k, v, allowed(positions, k.shape[2], kind="causal", q_ids=q_ids, kv_ids=kv_ids))
+
+
+def _mqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Multi-query: k and v [batch, len, dim], one key/value head for every query head."""
+    from tests.torch.attention_reference import allowed, attention
+
+    positions = torch.arange(q.shape[2]).expand(q.shape[0], -1)
+    return attention(q, k[:, None], v[:, None], allowed(positions, k.shape[1], kind="causal"))
 
 
 def _grouped(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
@@ -121,6 +143,10 @@ def all_cases(tokamax: ModuleType, workdir: Path) -> dict[str, Any]:
                                                 kv_ids=Shard(0)), qkv)
     cases["splash over the heads"] = _case(splash, _attention, attention, dict(q=Shard(1), k=Shard(1), v=Shard(1)),
                                            qkv)
+    # multi-query k and v, whole on both ranks while q's heads are split: dk and dv are partial sums
+    mqa = dict(q=attention["q"], k=attention["k"][:, 0], v=attention["v"][:, 0])
+    cases["splash multi-query over the heads"] = _case(
+        lambda q, k, v: ops.splash_attention(q, k, v), _mqa_attention, mqa, dict(q=Shard(1)), qkv)
     # 96 rows in 4 groups, one empty (40 + 0 + 36 + 20), experts' weights [4, n, k]; under the experts
     # split each rank's rows are part of the 96, the others masked
     sizes = torch.tensor([40, 0, 36, 20], dtype=torch.int32)
@@ -145,9 +171,22 @@ def all_cases(tokamax: ModuleType, workdir: Path) -> dict[str, Any]:
         return fn
 
     xw = ("x", "w")
-    for reduction in ("mean", "none"):
+    for reduction in ("mean", "sum", "none"):
         cases[f"cross-entropy over the vocabulary, {reduction}"] = _case(
             loss(reduction), _cross_entropy(reduction), entropy, dict(w=Shard(1)), xw)
+    # an uneven split (DTensor's: 64 + 63 columns), and a vocabulary of one (rank 1's shard empty)
+    for vocab in (127, 1):
+        uneven = dict(entropy, labels=torch.where(labels == -100, -100, labels % vocab).to(torch.int32),
+                      w=entropy["w"][:, :vocab].contiguous())
+        cases[f"cross-entropy over a vocabulary of {vocab}"] = _case(
+            loss("mean"), _cross_entropy("mean"), uneven, dict(w=Shard(1)), xw)
+    bf16 = {n: t.bfloat16() if t.is_floating_point() else t for n, t in entropy.items()}
+    cases["cross-entropy over the vocabulary, bf16"] = _case(loss("sum"), _cross_entropy("sum"), bf16,
+                                                             dict(w=Shard(1)), xw)
+    outside = labels.clone()
+    outside[3] = 128
+    cases["cross-entropy over the vocabulary, a label outside it"] = _refusal(
+        loss("sum"), dict(entropy, labels=outside), dict(w=Shard(1)))
     for reduction in ("mean", "sum", "none"):
         cases[f"cross-entropy over rows, {reduction}"] = _case(
             loss(reduction), _cross_entropy(reduction), entropy, dict(x=Shard(0), labels=Shard(0)), xw)

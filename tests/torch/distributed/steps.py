@@ -16,11 +16,16 @@ import torch.distributed as dist
 from . import tiny
 
 
-def reference(workdir: Path, family: str) -> dict[str, Any]:
-    """The whole batch in one process on transformers' eager attention, experts and loss (logits)."""
+def reference(workdir: Path, family: str, ignored: bool = False) -> dict[str, Any]:
+    """The whole batch in one process on transformers' eager attention, experts and loss (logits); with
+    `ignored`, a few labels ignored (`tiny.with_ignored`), and no evaluation."""
     model = tiny.load(workdir, family, None)
     ids, labels = tiny.batch(family)
+    if ignored:
+        labels = tiny.with_ignored(labels)
     report = {"loss": tiny.step(model, ids, labels), "grads": tiny.full_grads(model)}
+    if ignored:
+        return report
     model.eval()
     with torch.no_grad():
         report["eval_logits"] = model(input_ids=ids).logits
@@ -60,6 +65,28 @@ def fsdp2(tokamax: ModuleType, workdir: Path) -> dict[str, Any]:
     r = dist.get_rank()
     loss = tiny.step(model, ids[r:r + 1], labels[r:r + 1])
     return _report(_mean_over_ranks(loss), tiny.full_grads(model))
+
+
+def fsdp2_head_unit(tokamax: ModuleType, workdir: Path) -> dict[str, Any]:
+    """FSDP2 with the LM head a unit of its own (`fully_shard(model.lm_head)`, which reshards after its
+    forward by default): the fused loss, which runs after the head's forward, still sees the whole
+    weight and this rank's rows, and FSDP reduces the head's gradient."""
+    from torch.distributed.fsdp import fully_shard
+
+    model = tokamax.use_fused_loss(tiny.load(workdir, "qwen3_moe", tokamax))
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model.lm_head)
+    fully_shard(model)
+    ids, labels = tiny.batch("qwen3_moe")
+    r = dist.get_rank()
+    loss = tiny.step(model, ids[r:r + 1], labels[r:r + 1])
+    report = _report(_mean_over_ranks(loss), tiny.full_grads(model))
+    model.eval()
+    with torch.no_grad():  # the head's own forward again after the step (its setting put back)
+        logits = model(input_ids=ids).logits
+    report["eval_logits"] = logits if r == 0 else None
+    return report
 
 
 def _sharded_step(tokamax: ModuleType, workdir: Path, family: str, **distributed: Any) -> dict[str, Any]:
@@ -106,3 +133,24 @@ def expert_parallel_router(tokamax: ModuleType, workdir: Path) -> dict[str, Any]
 def dense_tensor_parallel(tokamax: ModuleType, workdir: Path) -> dict[str, Any]:
     """Llama under `tp_plan="auto"`: the vocabulary-parallel loss on a dense family, 100 columns a rank."""
     return _sharded_step(tokamax, workdir, "llama", tp_plan="auto")
+
+
+def tied_tensor_parallel(tokamax: ModuleType, workdir: Path) -> dict[str, Any]:
+    """Llama with its LM head tied to the embeddings under `tp_plan="auto"`: the loss's gradient and the
+    embedding's reach the one shared weight."""
+    return _sharded_step(tokamax, workdir, "llama_tied", tp_plan="auto")
+
+
+def accumulated_tensor_parallel(tokamax: ModuleType, workdir: Path) -> dict[str, Any]:
+    """Gradient accumulation under `tp_plan="auto"`, as transformers' Trainer runs it: the batch in two
+    micro-batches of one row, each loss divided by the whole batch's `num_items_in_batch`, a few labels
+    ignored; the summed losses and the accumulated gradients are the whole batch's mean."""
+    from transformers.distributed import DistributedConfig
+
+    model = tiny.load(workdir, "llama", tokamax, distributed_config=DistributedConfig(tp_plan="auto"))
+    tokamax.use_fused_loss(model)
+    ids, labels = tiny.batch("llama")
+    labels = tiny.with_ignored(labels)
+    items = torch.tensor(tiny.predicted(labels))
+    loss = sum(tiny.step(model, ids[r:r + 1], labels[r:r + 1], num_items_in_batch=items) for r in range(2))
+    return _report(loss, tiny.full_grads(model))

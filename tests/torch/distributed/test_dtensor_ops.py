@@ -22,17 +22,25 @@ from . import launcher
 CASES = {  # case: (outputs' placements, gradients' placements)
     "splash over the batch": ([Shard(0)], dict(q=Shard(0), k=Shard(0), v=Shard(0))),
     "splash over the heads": ([Shard(1)], dict(q=Shard(1), k=Shard(1), v=Shard(1))),
+    "splash multi-query over the heads": ([Shard(1)], dict(q=Shard(1), k=Partial(), v=Partial())),
     "gmm over the experts' outputs": ([Shard(1)], dict(lhs=Partial(), rhs=Shard(1))),
     "gmm over the contraction": ([Partial()], dict(lhs=Shard(1), rhs=Shard(2))),
     "gmm over the experts": ([Partial()], dict(lhs=Partial(), rhs=Shard(0))),
     "cross-entropy over the vocabulary, mean": ([Replicate(), Replicate()], dict(x=Replicate(), w=Shard(1))),
+    "cross-entropy over the vocabulary, sum": ([Replicate(), Replicate()], dict(x=Replicate(), w=Shard(1))),
     "cross-entropy over the vocabulary, none": ([Replicate(), Replicate()], dict(x=Replicate(), w=Shard(1))),
+    "cross-entropy over a vocabulary of 127": ([Replicate(), Replicate()], dict(x=Replicate(), w=Shard(1))),
+    "cross-entropy over a vocabulary of 1": ([Replicate(), Replicate()], dict(x=Replicate(), w=Shard(1))),
+    "cross-entropy over the vocabulary, bf16": ([Replicate(), Replicate()], dict(x=Replicate(), w=Shard(1))),
     "cross-entropy over rows, mean": ([Replicate(), Shard(0)], dict(x=Shard(0), w=Partial())),
     "cross-entropy over rows, sum": ([Replicate(), Shard(0)], dict(x=Shard(0), w=Partial())),
     "cross-entropy over rows, none": ([Shard(0), Shard(0)], dict(x=Shard(0), w=Partial())),
 }
-# float32 kernels against float64: summation order and the kernels' float32 accumulators
+# float32 kernels against float64: summation order and the kernels' float32 accumulators; bf16 inputs
+# against float64 of the same bf16 values: the kernel's bf16 matmul inputs are exact, its gradients are
+# rounded to bf16 (8 bits of mantissa)
 TOL = dict(rtol=2e-4, atol=2e-5)
+TOL_BF16 = dict(rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -42,10 +50,21 @@ def test_values_and_placements(job, scenario, case):  # noqa: ANN001
     outs, grads = CASES[case]
     assert [p[0] for p in got["out_placements"]] == outs
     assert {n: p[0] for n, p in got["grad_placements"].items()} == grads
+    tol = TOL_BF16 if "bf16" in case else TOL
     for i, (out, want) in enumerate(zip(got["outs"], got["want_outs"], strict=True)):
-        torch.testing.assert_close(out.double(), want, **TOL, msg=lambda m, i=i: f"output {i}: {m}")
+        torch.testing.assert_close(out.double(), want, **tol, msg=lambda m, i=i: f"output {i}: {m}")
     for name, want in got["want_grads"].items():
-        torch.testing.assert_close(got["grads"][name].double(), want, **TOL, msg=lambda m, n=name: f"d{n}: {m}")
+        torch.testing.assert_close(got["grads"][name].double(), want, **tol, msg=lambda m, n=name: f"d{n}: {m}")
+
+
+@pytest.mark.parametrize("scenario", ["op_values"])
+def test_a_label_outside_a_split_vocabulary_is_refused(job, scenario):  # noqa: ANN001
+    """On CPU tensors (where reading them is free) every rank refuses it, before any collective; on a TPU
+    its row's loss is NaN (tests/torch/ops/test_linear_softmax_cross_entropy.py)."""
+    got = launcher.result(job["records"], scenario)[0]["cross-entropy over the vocabulary, a label outside it"]
+    assert got["raised"] is not None and got["raised"].startswith(
+        "ValueError: tokamax linear_softmax_cross_entropy_loss: labels must be in [0, 128) or equal to ignore_index "
+        "(-100); got 1 outside, e.g. [128]"), got
 
 
 # ---- placements and refusals on a fake process group ---------------------------------------------
@@ -91,10 +110,15 @@ def test_splash_placements_with_sinks(ops, mesh, split, sinks_grad):  # noqa: AN
     assert [g.placements[0] for g in (dq, dk, dv)] == [split] * 3 and dsinks.placements == (sinks_grad,)
 
 
-def test_multi_query_attention_split_over_heads_keeps_kv_replicated(ops, mesh):  # noqa: ANN001
-    q = _meta(mesh, Shard(1), 2, 4, 256, 128)
-    k, v = (_meta(mesh, Replicate(), 2, 256, 128) for _ in range(2))
-    assert ops.splash_attention(q, k, v).placements == (Shard(1),)
+def test_multi_query_attention_split_over_heads_keeps_kv_whole(ops, mesh):  # noqa: ANN001
+    """k and v stay replicated; their gradients are each rank's partial sum over its heads (the values:
+    "splash multi-query over the heads" above)."""
+    q = _meta(mesh, Shard(1), 2, 4, 256, 128, grad=True)
+    k, v = (_meta(mesh, Replicate(), 2, 256, 128, grad=True) for _ in range(2))
+    out = ops.splash_attention(q, k, v)
+    assert out.placements == (Shard(1),)
+    dq, dk, dv = _grads(out, q, k, v)
+    assert (dq.placements, dk.placements, dv.placements) == ((Shard(1),), (Partial(),), (Partial(),))
 
 
 @pytest.mark.kernels_ci
@@ -145,6 +169,21 @@ REFUSALS = {
             _meta(mesh, Shard(0), 256, 128)),
         r"tokamax linear_softmax_cross_entropy_loss: got x Shard\(dim=1\), labels Replicate\(\), w Shard\(dim=0\); "
         r"it takes rows split"),
+    # read as replicated, each rank's own x would give every rank's loss and keep dw unreduced
+    "cross-entropy with a plain x and labels beside a replicated w": (
+        lambda ops, mesh: ops.linear_softmax_cross_entropy_loss(
+            torch.empty(48, 256, device="meta"), torch.empty(48, dtype=torch.int32, device="meta"),
+            _meta(mesh, Replicate(), 256, 128)),
+        r"tokamax linear_softmax_cross_entropy_loss: x and labels are plain tensors beside DTensors \(w "
+        r"Replicate\(\)\); a plain tensor does not say whether every rank holds it whole or its own part.*"
+        r"DTensor.from_local\(t, mesh, \[Replicate\(\)\]\)"),
+    # read as replicated, w's gradient would be each rank's partial sum
+    "cross-entropy over rows with a plain w": (
+        lambda ops, mesh: ops.linear_softmax_cross_entropy_loss(
+            _meta(mesh, Shard(0), 48, 256), _meta(mesh, Shard(0), 48, dtype=torch.int32),
+            torch.empty(256, 128, device="meta")),
+        r"tokamax linear_softmax_cross_entropy_loss: w is a plain tensor beside DTensors \(x Shard\(dim=0\), labels "
+        r"Shard\(dim=0\)\)"),
     "the per-row custom op over rows": (
         lambda ops, mesh: ops.linear_softmax_cross_entropy_rows_op(
             _meta(mesh, Shard(0), 48, 256), _meta(mesh, Shard(0), 48, dtype=torch.int32),

@@ -3,7 +3,9 @@ processes, under DDP, FSDP2 and transformers' tensor- and expert-parallel plans,
 step in one process on transformers' eager attention, experts and loss (logits): the loss on every
 rank and every parameter's gradient (sharded gradients gathered). Under transformers' plans the LM head is split
 over the vocabulary, so the fused loss is vocabulary-parallel; after the step the model evaluates
-to the one-process logits (the head's tensor-parallel forward is back in place)."""
+to the one-process logits (the head's tensor-parallel forward is back in place). Also: FSDP2 with
+the LM head a unit of its own (resharded after its forward), tied embeddings under tensor
+parallelism, and gradient accumulation with `num_items_in_batch` and ignored labels."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ def _assert_step(ranks: list[dict], reference: dict) -> None:
         torch.testing.assert_close(ranks[0]["eval_logits"], reference["eval_logits"], **TOL)
 
 
-@pytest.mark.parametrize("scenario", ["ddp", "fsdp2", "tensor_parallel", "expert_parallel",
+@pytest.mark.parametrize("scenario", ["ddp", "fsdp2", "fsdp2_head_unit", "tensor_parallel", "expert_parallel",
                                       "expert_parallel_router"])
 def test_qwen3_moe_step_equals_one_process(job, scenario):  # noqa: ANN001
     _assert_step(launcher.result(job["records"], scenario), job["references"]["qwen3_moe"])
@@ -39,3 +41,13 @@ def test_qwen3_moe_step_equals_one_process(job, scenario):  # noqa: ANN001
 def test_llama_vocabulary_parallel_step_equals_one_process(job, scenario):  # noqa: ANN001
     """A dense family, a vocabulary of 200 split 100 + 100 (each shard padded to the kernel's lanes)."""
     _assert_step(launcher.result(job["records"], scenario), job["references"]["llama"])
+
+
+@pytest.mark.parametrize("scenario", ["tied_tensor_parallel"])
+def test_tied_embeddings_under_tensor_parallelism_equal_one_process(job, scenario):  # noqa: ANN001
+    _assert_step(launcher.result(job["records"], scenario), job["references"]["llama_tied"])
+
+
+@pytest.mark.parametrize("scenario", ["accumulated_tensor_parallel"])
+def test_gradient_accumulation_with_num_items_in_batch_equals_the_whole_batch(job, scenario):  # noqa: ANN001
+    _assert_step(launcher.result(job["records"], scenario), job["references"]["llama, labels ignored"])

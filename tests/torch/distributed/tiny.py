@@ -5,7 +5,8 @@ checkpoints).
 - Qwen3-MoE (the transformers tests' config: grouped-query attention, q/k norms, 4 experts top 2) on
   tokamax attention and experts; vocab 128, 64 columns per rank under tensor parallelism.
 - Llama (dense) with a vocabulary of 200 (100 columns per rank, padded to the kernel's lanes), its
-  attention shaped as the Qwen3-MoE's (the same kernel compilations).
+  attention shaped as the Qwen3-MoE's (the same kernel compilations); and the same with its LM head
+  tied to the embeddings.
 
 Both float32 with random weights, saved with `save_pretrained` so that transformers' distributed
 loading (`from_pretrained(distributed_config=...)`) can shard them as it shards a Hub checkpoint.
@@ -32,8 +33,15 @@ def _llama() -> transformers.PreTrainedConfig:
                                     max_position_embeddings=512)
 
 
+def _llama_tied() -> transformers.PreTrainedConfig:
+    config = _llama()
+    config.tie_word_embeddings = True
+    return config
+
+
 CONFIGS = {"qwen3_moe": (FAMILIES["qwen3_moe"][0], transformers.Qwen3MoeForCausalLM),
-           "llama": (_llama, transformers.LlamaForCausalLM)}
+           "llama": (_llama, transformers.LlamaForCausalLM),
+           "llama_tied": (_llama_tied, transformers.LlamaForCausalLM)}
 
 
 def checkpoint(workdir: Path, family: str) -> Path:
@@ -69,9 +77,23 @@ def batch(family: str) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, ids.clone()
 
 
-def step(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def with_ignored(labels: torch.Tensor) -> torch.Tensor:
+    """`labels` with a few positions ignored (-100), a different number in each row."""
+    labels = labels.clone()
+    labels[0, 3:6] = -100
+    labels[1, 10] = -100
+    labels[1, -1] = -100
+    return labels
+
+
+def predicted(labels: torch.Tensor) -> int:
+    """How many tokens the labels predict (transformers' `num_items_in_batch`: shifted, not ignored)."""
+    return int((labels[:, 1:] != -100).sum())
+
+
+def step(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor, **kwargs: Any) -> torch.Tensor:
     """One forward and backward; returns the loss (detached)."""
-    out = model(input_ids=ids, labels=labels)
+    out = model(input_ids=ids, labels=labels, **kwargs)
     out.loss.backward()
     return out.loss.detach()
 

@@ -30,6 +30,8 @@ LOCAL, DIM = 128, 128
 CASES = {
     "ring8-causal-gqa-segments": ((8,), ("sp",), dict(causal=True), 1, 2, 1, True, True),
     "dp2-ring4-full-mqa": ((2, 4), ("dp", "sp"), dict(causal=False, batch_axis="dp", mqa=True), 2, 2, 0, False, False),
+    # multi-query K/V whole on both head shards: each shard's dK/dV is a partial sum over its heads
+    "tp2-ring4-causal-mqa": ((2, 4), ("tp", "sp"), dict(causal=True, head_axis="tp", mqa=True), 1, 2, 0, False, True),
 }
 
 

@@ -253,3 +253,15 @@ def test_bad_calls_fail_with_the_ops_own_message(ops, call, error, message):
     with pytest.raises(error, match="tokamax linear_softmax_cross_entropy_loss") as info:
         call(ops)
     assert message in str(info.value)
+
+
+@needs_tc_mesh
+@pytest.mark.parametrize(("label", "ignore_index"), [(512, None), (-1, -100), (-100, None)])
+def test_labels_outside_the_vocabulary_are_refused_on_cpu(ops, label, ignore_index):
+    """A label in no column would give its row loss = lse silently; on CPU tensors (reading them is free) the
+    op refuses it, naming the values (on a TPU those rows' losses are NaN instead: no host sync)."""
+    x, labels, w = _operands()
+    labels[7] = label
+    with pytest.raises(ValueError, match=rf"tokamax {OP}: labels must be in \[0, 512\) or equal to ignore_index "
+                                         rf"\({ignore_index}\); got 1 outside, e.g. \[{label}\]"):
+        ops.linear_softmax_cross_entropy_loss(x, labels, w, ignore_index=ignore_index)

@@ -238,14 +238,15 @@ def test_cpu_tensors_refuse_a_ring_of_several_chips(ops):
 # Per-check silence after which the child counts as stalled: a healthy check takes 30-70 s here
 # (more when other jobs share the two cores).
 STALL_S = 300
-# ring_devices.CASES -> what each reports (the dp x sp case forward only, to keep the run short; MQA's
-# backward is checked on a ring of one above)
-DEVICE_CHECKS = {"ring8-causal-gqa-segments": {"out", "lse", "dq", "dk", "dv"}, "dp2-ring4-full-mqa": {"out", "lse"}}
+# ring_devices.CASES -> what each reports (the dp x sp case forward only, to keep the run short)
+DEVICE_CHECKS = {"ring8-causal-gqa-segments": {"out", "lse", "dq", "dk", "dv"}, "dp2-ring4-full-mqa": {"out", "lse"},
+                 "tp2-ring4-causal-mqa": {"out", "lse", "dq", "dk", "dv"}}
 
 
 def test_exported_functions_on_8_host_devices_match_float64_attention(tokamax):
-    """Over a ring of 8 (causal, GQA, documents cut across shards: out, logsumexp, dq, dk, dv) and a dp=2 x
-    sp=4 mesh (full, MQA, the batch sharded: out, logsumexp) as float64 attention on the whole sequence."""
+    """Over a ring of 8 (causal, GQA, documents cut across shards: out, logsumexp, dq, dk, dv), a dp=2 x
+    sp=4 mesh (full, MQA, the batch sharded: out, logsumexp) and a tp=2 x sp=4 mesh (causal, MQA, the heads
+    sharded: dK and dV summed over the head shards) as float64 attention on the whole sequence."""
     results = host_devices.run(sys.executable, REPO / "tests/torch/ops/ring_devices.py", list(DEVICE_CHECKS),
                                stall_s=STALL_S, env={"LOCAL_KERNELS": f"kernels-community/tokamax={VARIANT}"})
     for check, result in results.items():

@@ -304,6 +304,32 @@ def test_refused_models_say_why(tokamax, change, error, message):
     assert message in str(info.value)
 
 
+def _custom_loss(logits, labels, vocab_size, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    return logits.float().mean()
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("how", ["loss_function set", "another loss_type", "loss_function set after"])
+def test_a_loss_other_than_the_causal_lm_cross_entropy_is_refused(tokamax, how):
+    """The fused loss computes transformers' ForCausalLMLoss only; a model meant to train on another loss is
+    refused, not silently given the shifted cross-entropy (also when the loss function is set afterwards)."""
+    model = transformers.LlamaForCausalLM(_llama()).train()
+    if how == "loss_function set":
+        model.loss_function = _custom_loss
+    elif how == "another loss_type":
+        model.loss_type = "ForMaskedLM"
+    if how != "loss_function set after":
+        with pytest.raises(NotImplementedError, match="tokamax use_fused_loss: LlamaForCausalLM's loss_function is "
+                                                      r"\w+.*not transformers' ForCausalLMLoss"):
+            tokamax.use_fused_loss(model)
+        return
+    tokamax.use_fused_loss(model)
+    model.loss_function = _custom_loss
+    ids, mask, labels = _batch()
+    with pytest.raises(NotImplementedError, match="loss_function is _custom_loss"):
+        model(input_ids=ids, attention_mask=mask, labels=labels)
+
+
 class _ScalingLlama(transformers.LlamaForCausalLM):
     """A family whose forward changes its logits before the loss (here: doubles them)."""
 

@@ -3,7 +3,9 @@ the kernel runs on each rank's shard unchanged when q is split over the batch (k
 with it) or over the heads (k and v over their key/value heads, so each rank keeps whole groups of
 grouped-query attention; multi-query k and v, and segment ids, replicated; sinks split with the
 heads); or everything replicated. No collective: the outputs (and in the backward the gradients)
-stay split the same way; the sinks' gradient of a batch split is each rank's partial sum.
+stay split the same way, except for what every rank's heads or rows share, whose gradients are each
+rank's partial sum (DTensor's Partial, reduced where the tensor's gradient is replicated): multi-query
+k and v of a heads split, and the sinks of a batch split.
 
 q decides: the other tensors are redistributed to match it (DTensor's own choice, e.g. a local
 chunk of a replicated k). A q split over its sequence or head_dim, or a Partial q, is refused: a
@@ -79,11 +81,14 @@ def _splash_bwd(q: object, k: object, v: object, q_ids: object, kv_ids: object, 
     layout = _layout(q, k)
     o, stats = _outputs(layout)
     inputs = _inputs(layout, k, q_ids, kv_ids, sinks)
+    # multi-query k and v are every rank's whole tensors under a heads split, but each rank's dk and dv
+    # cover only its own query heads
+    d_kv = Partial() if layout == "heads" and len(k.shape) == 3 else inputs[1]
     if sinks is None:
         d_sinks = Replicate()  # zeros [1] on every rank
     else:
         d_sinks = {"replicated": Replicate(), "batch": Partial(), "heads": Shard(0)}[layout]
-    return [([inputs[0], inputs[1], inputs[2], d_sinks], inputs + [o, stats, stats, o] + [None] * len(statics))]
+    return [([inputs[0], d_kv, d_kv, d_sinks], inputs + [o, stats, stats, o] + [None] * len(statics))]
 
 
 def _splash_at(q: object, k: object, v: object, q_ids: object, kv_ids: object, q_offset: object, sinks: object,

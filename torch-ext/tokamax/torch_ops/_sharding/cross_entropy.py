@@ -1,5 +1,5 @@
 """DTensors through `linear_softmax_cross_entropy_loss`: x [rows, hidden], labels [rows], w [hidden,
-vocab] on one 1-D mesh (plain tensors count as replicated on it):
+vocab], all DTensors on one 1-D mesh:
 
 - all replicated: the op on the local tensors (every rank computes the whole loss);
 - rows split (x and labels Shard(0), w replicated): the op on each rank's rows; "none" and lse come
@@ -7,7 +7,10 @@ vocab] on one 1-D mesh (plain tensors count as replicated on it):
   dw is each rank's partial sum (DTensor's Partial, reduced where w's gradient is replicated);
 - vocabulary split (w Shard(1), x and labels replicated): `vocab_parallel`, the kernel per shard.
 
-Anything else is refused with what to do instead. The custom ops themselves (upstream's public op
+Anything else is refused with what to do instead, and so is a plain tensor beside DTensors: whether
+it is the same on every rank or this rank's part decides the loss and which gradients need reducing,
+and a plain tensor does not say (read as replicated, a data-parallel x would combine different rows'
+log-sum-exps, and a plain w would keep one rank's part of its gradient). The custom ops themselves (upstream's public op
 and the per-row op, which pads rows to 128 per call, so a rows split changes their output shape)
 take replicated DTensors only and point anything else here.
 """
@@ -20,7 +23,8 @@ import torch
 from torch.distributed.tensor.experimental import register_sharding
 
 from ..linear_softmax_cross_entropy import custom_ops
-from .placements import DTensor, Partial, Replicate, Shard, describe, is_dtensor, one_dim_mesh, placement, refuse
+from ..linear_softmax_cross_entropy.labels import out_of_range, poisoned
+from .placements import DTensor, Partial, Replicate, Shard, describe, one_dim_mesh, placement, refuse
 from .vocab_parallel import shard_columns, vocab_parallel_rows
 
 __all__ = ["loss", "register"]
@@ -37,12 +41,20 @@ def _mesh_and_placements(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor)
         raise refuse(OP, f"{', '.join(dtensors)} are DTensors on different meshes; put them on one mesh")
     mesh = next(iter(meshes))
     one_dim_mesh(OP, {n: t._spec for n, t in dtensors.items()})
-    return mesh, {n: t.placements[0] if isinstance(t, DTensor) else Replicate() for n, t in given.items()}
+    plain = [n for n in given if n not in dtensors]
+    if plain:
+        split = ", ".join(f"{n} {describe(t.placements)}" for n, t in dtensors.items())
+        raise refuse(OP, f"{' and '.join(plain)} {'is a plain tensor' if len(plain) == 1 else 'are plain tensors'} "
+                         f"beside DTensors ({split}); a plain tensor does not say whether every rank holds it whole or "
+                         "its own part, which decides the loss and its gradients: give every argument as a DTensor "
+                         "on one mesh (DTensor.from_local(t, mesh, [Replicate()]) for a tensor every rank holds "
+                         "whole, [Shard(0)] for x's and labels' rows on each rank), or only plain tensors")
+    return mesh, {n: t.placements[0] for n, t in given.items()}
 
 
-def _replicated_local(t: torch.Tensor) -> torch.Tensor:
+def _replicated_local(t: DTensor) -> torch.Tensor:
     """A replicated DTensor's local tensor, its gradient replicated too (our backward all-reduces it)."""
-    return t.to_local(grad_placements=[Replicate()]) if isinstance(t, DTensor) else t
+    return t.to_local(grad_placements=[Replicate()])
 
 
 def _reduce(losses: torch.Tensor, valid: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -57,23 +69,22 @@ def _vocabulary(x: torch.Tensor, labels: torch.Tensor, w: DTensor, reduction: st
     w_local = w.to_local()  # its gradient comes back as w's Shard(1)
     vocab, world, index = w.shape[1], mesh.size(), mesh.get_local_rank()
     start, size = shard_columns(vocab, world, index)
-    if w_local.shape[1] != size or size == 0:
-        raise refuse(OP, f"w's local shard has {w_local.shape[1]} of {vocab} columns on rank {index} of {world}; "
-                         "the vocabulary-parallel loss takes DTensor's even Shard(1) split with every rank holding "
-                         "columns (vocab >= ranks)")
+    if w_local.shape[1] != size:
+        raise refuse(OP, f"w's local shard has {w_local.shape[1]} of {vocab} columns on rank {index} of {world}, "
+                         f"where DTensor's Shard(1) split puts {size}; the vocabulary-parallel loss takes that split")
     x_local, labels_local = _replicated_local(x), _replicated_local(labels)
+    bad = out_of_range(OP, labels_local, vocab, ignore_index)
     valid = torch.ones_like(labels_local, dtype=torch.bool) if ignore_index is None else labels_local != ignore_index
+    valid &= ~bad
     losses, lse = vocab_parallel_rows(x_local, labels_local, valid, w_local, start, mesh.get_group())
-    out = _reduce(losses, valid, reduction)
-    if not is_dtensor(x, labels):
-        return out, lse
+    out = _reduce(poisoned(losses, bad), valid, reduction)
     return (DTensor.from_local(out, mesh, [Replicate()], run_check=False),
             DTensor.from_local(lse, mesh, [Replicate()], run_check=False))
 
 
-def _rows(plain: Plain, x: DTensor, labels: DTensor, w: torch.Tensor, reduction: str, ignore_index: int | None,
+def _rows(plain: Plain, x: DTensor, labels: DTensor, w: DTensor, reduction: str, ignore_index: int | None,
           mesh: object) -> tuple[torch.Tensor, torch.Tensor]:
-    w_local = w.to_local(grad_placements=[Partial()]) if isinstance(w, DTensor) else w
+    w_local = w.to_local(grad_placements=[Partial()])
     x_local, labels_local = x.to_local(), labels.to_local()
     losses, lse_local = plain(x_local, labels_local, w_local, reduction="none", ignore_index=ignore_index)
     rows = (x.shape[0],)
@@ -96,8 +107,7 @@ def loss(plain: Plain, x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, *
     if p["x"] == Shard(0) and p["labels"] == Shard(0) and p["w"] == Replicate():
         return _rows(plain, x, labels, w, reduction, ignore_index, mesh)
     if all(v == Replicate() for v in p.values()):
-        out, lse = plain(*(t.to_local() if isinstance(t, DTensor) else t for t in (x, labels, w)),
-                         reduction=reduction, ignore_index=ignore_index)
+        out, lse = plain(*(t.to_local() for t in (x, labels, w)), reduction=reduction, ignore_index=ignore_index)
         return (DTensor.from_local(out, mesh, [Replicate()], run_check=False),
                 DTensor.from_local(lse, mesh, [Replicate()], run_check=False))
     given = ", ".join(f"{n} {describe([v])}" for n, v in p.items())

@@ -57,7 +57,11 @@ class _VocabParallelRows(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, local_labels: torch.Tensor, owned: torch.Tensor,
                 group: dist.ProcessGroup) -> tuple[torch.Tensor, torch.Tensor]:
         rows = x.shape[0]
-        losses_p, lse_p = linear_softmax_cross_entropy_rows_op(x, local_labels, w)  # padded rows
+        if w.shape[1]:
+            losses_p, lse_p = linear_softmax_cross_entropy_rows_op(x, local_labels, w)  # padded rows
+        else:  # the empty last shard of an uneven split: no columns, no softmax mass (the kernel needs one)
+            lse_p = x.new_full((rows,), float("-inf"), dtype=torch.float32)
+            losses_p = lse_p
         lse_r = lse_p[:rows]
         label_logit = torch.where(owned, lse_r - losses_p[:rows], 0.0)
         mine = torch.stack([lse_r, label_logit])
@@ -72,19 +76,23 @@ class _VocabParallelRows(torch.autograd.Function):
         return lse - every[:, 1].sum(dim=0), lse
 
     @staticmethod
-    def backward(ctx: Any, d_losses: torch.Tensor | None, d_lse: torch.Tensor | None) -> tuple:
+    def backward(ctx: Any, d_losses: torch.Tensor, d_lse: torch.Tensor | None) -> tuple:
+        # d_losses is never None here (autograd materialises an unused output's cotangent as zeros), so
+        # every rank reaches the all-reduce below
         x, w, local_labels, owned, lse_p, losses_p, lse = ctx.saved_tensors
-        if d_losses is None:
-            return None, None, None, None, None
         rows = x.shape[0]
         g = d_losses.to(torch.float32)
         share = torch.exp(lse_p[:rows] - lse)  # p_r
-        d_kernel = F.pad(g * share, (0, lse_p.shape[0] - rows)).contiguous()
-        dx, dw = linear_softmax_cross_entropy_rows_bwd_op(x, local_labels, w, lse_p, losses_p, d_kernel)
+        if w.shape[1]:
+            d_kernel = F.pad(g * share, (0, lse_p.shape[0] - rows)).contiguous()
+            dx, dw = linear_softmax_cross_entropy_rows_bwd_op(x, local_labels, w, lse_p, losses_p, d_kernel)
+        else:
+            dx, dw = torch.zeros_like(x, dtype=torch.float32), torch.zeros_like(w, dtype=torch.float32)
         c = g * (share - owned.to(torch.float32))  # the label column's own coefficient
         index = local_labels.long()
-        dx = dx + c[:, None] * w.t()[index].to(torch.float32)
-        dw = dw.index_add(1, index, (x.to(torch.float32) * c[:, None]).t())
+        if w.shape[1]:
+            dx = dx + c[:, None] * w.t()[index].to(torch.float32)
+            dw = dw.index_add(1, index, (x.to(torch.float32) * c[:, None]).t())
         dist.all_reduce(dx, group=ctx.group)
         return dx.to(x.dtype), dw.to(w.dtype), None, None, None
 

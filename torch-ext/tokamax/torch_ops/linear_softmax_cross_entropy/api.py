@@ -8,6 +8,7 @@ import torch
 
 from .. import _checks, _sharding
 from .custom_ops import OP, linear_softmax_cross_entropy_loss_op, linear_softmax_cross_entropy_rows_op
+from .labels import out_of_range, poisoned
 
 REDUCTIONS = ("sum", "mean", "none")
 LANES = 128
@@ -26,7 +27,8 @@ def linear_softmax_cross_entropy_loss(x: torch.Tensor, labels: torch.Tensor, w: 
 
     x [batch, hidden] and w [hidden, vocab], bf16 or f32 (one dtype); labels int32 [batch], in
     [0, vocab), or equal to `ignore_index`: those rows add nothing and get no gradient, and "mean"
-    divides by the rows not ignored (as torch's cross_entropy). `reduction`: "sum" (upstream's
+    divides by the rows not ignored (as torch's cross_entropy). Any other label is refused on CPU
+    tensors and makes the loss NaN elsewhere (`labels.py`). `reduction`: "sum" (upstream's
     default), "mean" or "none" (a loss per row, 0 where ignored). loss and lse (float32 [batch], each
     row's log-sum-exp) are float32; lse is not differentiable.
 
@@ -51,12 +53,15 @@ def linear_softmax_cross_entropy_loss(x: torch.Tensor, labels: torch.Tensor, w: 
         return cross_entropy.loss(linear_softmax_cross_entropy_loss, x, labels, w, reduction=reduction,
                                   ignore_index=ignore_index)
     x, labels, w = x.contiguous(), labels.contiguous(), w.contiguous()
+    bad = out_of_range(OP, labels, w.shape[1], ignore_index)
     if ignore_index is None and _on_lanes(x, w):
-        return linear_softmax_cross_entropy_loss_op(x, labels, w, reduction)
+        loss, lse = linear_softmax_cross_entropy_loss_op(x, labels, w, reduction)
+        return poisoned(loss, bad if reduction == "none" else bad.any()), lse
     valid = torch.ones_like(labels, dtype=torch.bool) if ignore_index is None else labels != ignore_index
+    valid &= ~bad
     losses, lse = linear_softmax_cross_entropy_rows_op(x, torch.where(valid, labels, 0), w)
     rows = x.shape[0]
-    losses = torch.where(valid, losses[:rows], 0.0)
+    losses = poisoned(torch.where(valid, losses[:rows], 0.0), bad)
     if reduction == "none":
         return losses, lse[:rows]
     total = losses.sum()

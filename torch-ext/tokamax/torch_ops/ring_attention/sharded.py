@@ -134,7 +134,11 @@ def backward(layout: Layout) -> Callable[..., tuple[jax.Array, jax.Array, jax.Ar
                 return dq, dk, dv
 
             axes = (0, 0, 0, None if ids is None else 0, 0, 0, 0)
-            return jax.vmap(one, in_axes=axes)(q, k, v, ids, out, lse, dout)
+            dq, dk, dv = jax.vmap(one, in_axes=axes)(q, k, v, ids, out, lse, dout)
+            if layout.mqa and layout.head_axis is not None:
+                # multi-query K/V are whole on every head shard, and each shard's dK/dV sums its own heads
+                dk, dv = jax.lax.psum((dk, dv), layout.head_axis)
+            return dq, dk, dv
 
         in_specs = (kernel.manual_sharding_spec(), layout.q, layout.kv, layout.kv,
                     None if segment_ids is None else layout.ids, layout.q, layout.rows, layout.q)

@@ -9,10 +9,10 @@ of the family's forward (its trunk, `logits_to_keep`, MoE auxiliary losses) runs
 output holds no logits. So one wrapper serves every family, and nothing of a family's forward is
 copied. Evaluation, generation and steps without labels run the forward untouched (logits as
 before). Tied embeddings need nothing (the weight is shared). Under transformers' tensor-parallel
-plan the head's weight is a DTensor split over the vocabulary, and the loss is vocabulary-parallel
-(the kernel on each rank's shard, the shards combined across ranks: `torch_ops`' cross-entropy).
-Refused: an `lm_head` with a bias, a final logit soft cap (Gemma 2/3), and a forward that changes
-the logits before its loss function or does not call it (each detected, with a message).
+plan and FSDP2, `sharding` gives the loss the head's weight as it must see it.
+Refused: an `lm_head` with a bias, a final logit soft cap (Gemma 2/3), a loss function other than
+transformers' `ForCausalLMLoss` (a custom `loss_function`, another `loss_type`), and a forward that
+changes the logits before its loss function or does not call it (each detected, with a message).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from . import sharding
 from .causal_lm import causal_lm_loss
 
 _LOSS_KEYWORDS = ("num_items_in_batch", "ignore_index", "shift_labels")
@@ -45,9 +46,26 @@ def _head(model: torch.nn.Module) -> torch.nn.Linear:
     if cap:
         raise NotImplementedError(f"tokamax use_fused_loss: {name} caps its logits ({cap} * tanh(logits / {cap})) "
                                   "before the loss; the fused loss takes the softmax of the uncapped logits")
+    _check_loss_function(model)
+    return head
+
+
+def _check_loss_function(model: torch.nn.Module) -> None:
+    """The model's loss is transformers' shifted causal-LM cross-entropy, the one loss this computes."""
+    name = type(model).__name__
     if not hasattr(model, "loss_function"):
         raise TypeError(f"tokamax use_fused_loss: {name} has no loss_function to compute the loss with")
-    return head
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    given = model.loss_function
+    if given is not ForCausalLMLoss:
+        what = getattr(given, "__qualname__", type(given).__name__)
+        loss_type = getattr(model, "loss_type", None)
+        raise NotImplementedError(
+            f"tokamax use_fused_loss: {name}'s loss_function is {what} (loss_type {loss_type!r}), "
+            "not transformers' ForCausalLMLoss; the fused loss computes only that (the shifted causal-LM "
+            "cross-entropy) and would silently replace it: keep the model's own loss (no use_fused_loss), or "
+            "call tokamax.torch_ops.linear_softmax_cross_entropy_loss from your loss on the hidden states")
 
 
 @contextlib.contextmanager
@@ -67,7 +85,9 @@ def _hidden_states_as_logits(model: torch.nn.Module, head: torch.nn.Linear) -> I
             raise RuntimeError(f"tokamax use_fused_loss: {name}.forward changes the logits between its lm_head and "
                                "its loss function; the fused loss cannot apply that change")
         seen["loss"] = True
-        return causal_lm_loss(logits, head.weight, labels, **{k: kwargs[k] for k in _LOSS_KEYWORDS if k in kwargs})
+        sharding.check_weight(name, head)
+        return causal_lm_loss(logits, head.weight, labels, replicated_on=sharding.tensor_parallel_mesh(head),
+                              **{k: kwargs[k] for k in _LOSS_KEYWORDS if k in kwargs})
 
     had_loss_function = "_loss_function" in model.__dict__
     previous = model.__dict__.get("_loss_function")
@@ -103,7 +123,8 @@ def use_fused_loss(model: torch.nn.Module) -> torch.nn.Module:
         if not self.training or labels is None:
             return forward(self, *args, **kwargs)
         as_tuple = kwargs.pop("return_dict", None) is False
-        with _hidden_states_as_logits(self, head) as seen:
+        _check_loss_function(self)  # a loss_function set since
+        with sharding.weight_kept_gathered(self, head), _hidden_states_as_logits(self, head) as seen:
             out = forward(self, *args, **kwargs, return_dict=True)
         if not seen.get("loss"):
             raise RuntimeError(f"tokamax use_fused_loss: {type(self).__name__}.forward computed its loss without "
