@@ -1,7 +1,8 @@
 """The causal-LM loss: `tokamax.torch_ops.linear_softmax_cross_entropy_loss` (no [tokens, vocab]
 logits in memory) against what a Torch user runs, `lm_head` then `F.cross_entropy` on the
 materialised logits in float32 (as transformers' loss does), forward and backward, at a Llama-3-8B
-head (hidden 4096, vocabulary 128256) and 4096 tokens, sized for one v5e/v6e chip.
+head (hidden 4096, vocabulary 128256) and 4096 tokens, sized for one v5e/v6e chip; and TRL's fused
+LM head (`lm_head_statistics`, our kernels) against TRL 1.16's own function (`TrlHeadLogProbs`).
 
     kernels benchmark kernels-community/tokamax@v1
 """
@@ -73,3 +74,73 @@ class LlamaHeadLoss(Workload):
         self.result = self._backward(materialised)
         wait()
 
+
+
+def _trl_function():  # noqa: ANN202
+    """TRL's own fused LM head (`trl.kernels.ChunkedLogProbFunction`), or None without TRL."""
+    try:
+        from trl.kernels import ChunkedLogProbFunction
+    except ImportError:
+        return None
+    return ChunkedLogProbFunction
+
+
+def _log_probs_materialised(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Without TRL: the logits [tokens, vocab] in float32, log-softmax, the target's."""
+    logp = torch.log_softmax((hidden @ weight.t()).float(), -1)
+    return logp.gather(1, targets[:, None].long())[:, 0]
+
+
+class TrlHeadLogProbs(Workload):
+    """TRL's fused LM head as its SFT trainer asks for it (log-probabilities, entropy, top-1; the loss the mean
+    negative log-probability): this kernel's statistics against TRL 1.16's own function (its torch tiles on a
+    device without Triton, as a TPU), at hidden 4096, Qwen's vocabulary of 151,936 and 16,384 tokens."""
+
+    tpu_shape = (16384, 4096, 151936)  # tokens, hidden, vocabulary
+    cpu_shape = (128, 128, 384)
+
+    def setup(self) -> None:
+        tokens, hidden, vocab = self.tpu_shape if ON_TPU else self.cpu_shape
+        self.hidden = torch.randn(tokens, hidden).to(DTYPE).to(self.device)
+        self.weight = (torch.randn(vocab, hidden) * hidden**-0.5).to(DTYPE).to(self.device)
+        self.targets = torch.randint(0, vocab, (tokens,)).to(self.device)
+
+    def _ours(self, hidden: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        stats = self.kernel.torch_ops.lm_head_statistics(hidden, weight, None, self.targets)
+        return stats.log_probs, stats.entropy, stats.top1
+
+    def _trl(self, hidden: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        fn = _trl_function()
+        if fn is None:
+            return (_log_probs_materialised(hidden, weight, self.targets),)
+        log_probs, entropy, _, _, top1 = fn.apply(hidden, weight, None, self.targets, 1.0, 32768, None, 1.0,
+                                                  ("log_probs", "entropy", "is_top1"))
+        return log_probs, entropy, top1
+
+    def _step(self, fn) -> tuple[torch.Tensor, ...]:  # noqa: ANN001
+        hidden, weight = self.hidden.detach().requires_grad_(), self.weight.detach().requires_grad_()
+        log_probs = fn(hidden, weight)[0]
+        (-log_probs.mean()).backward()
+        return log_probs, hidden.grad * hidden.shape[0], weight.grad * hidden.shape[0]
+
+    def benchmark_forward(self) -> None:
+        self.result = self._ours(self.hidden, self.weight)[0]
+        wait()
+
+    def verify_forward(self) -> torch.Tensor:
+        return self._trl(self.hidden, self.weight)[0]
+
+    def benchmark_backward(self) -> None:
+        self.result = self._step(self._ours)
+        wait()
+
+    def verify_backward(self) -> torch.Tensor:
+        return self.flat(*self._step(self._trl))
+
+    def benchmark_forward_trl(self) -> None:
+        self.result = self._trl(self.hidden, self.weight)[0]
+        wait()
+
+    def benchmark_backward_trl(self) -> None:
+        self.result = self._step(self._trl)
+        wait()

@@ -29,7 +29,8 @@ MODELS: dict[str, Callable[[], transformers.PreTrainedModel]] = {
 }
 
 
-def _tokenizer() -> transformers.PreTrainedTokenizerFast:
+def byte_tokenizer() -> transformers.PreTrainedTokenizerFast:
+    """Every byte one token (ids 2-257), <eos> 0, <pad> 1: a model needs a vocabulary of >= 258."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
@@ -45,7 +46,7 @@ def save_checkpoint(model_id: str, directory: Path) -> Path:
     torch.manual_seed(0)
     model = MODELS[model_id]()
     model.save_pretrained(directory)
-    tokenizer = _tokenizer()
+    tokenizer = byte_tokenizer()
     assert len(tokenizer) <= model.config.vocab_size
     tokenizer.save_pretrained(directory)
     return directory

@@ -142,6 +142,7 @@ def attention(pythons: dict[str, str]) -> dict:
             "decode_reads": _probe_json(pythons["jax-tier"], "decode_reads.py", str(VARIANT)),
             "generate": _probe_json(pythons["torch-tier"], "generate_exports.py", str(VARIANT), torch_tier=True),
             "fused_loss": _probe_json(pythons["torch-tier"], "fused_loss_memory.py", str(VARIANT), torch_tier=True),
+            "trl_head": _probe_json(pythons["torch-tier"], "trl_head_memory.py", str(VARIANT), torch_tier=True),
             "paged_serving": _probe_json(pythons["torch-tier"], "paged_serving.py", str(VARIANT), torch_tier=True)}
 
 
@@ -231,6 +232,12 @@ def table(results: dict) -> str:
         rows.append((f"LM loss step, peak activation bytes (traced), {name}",
                      f"{loss[name]['peak_bytes'] / 2**30:.1f} GiB",
                      f"{size}; largest {loss[name]['largest_shape']} {loss[name]['largest_bytes'] / 2**30:.1f} GiB"))
+    head = att["trl_head"]
+    size = f"hidden {head['hidden']}, vocab {head['vocab']}, {head['tokens']} tokens, {head['dtype']}"
+    for name, label in (("trl", "TRL's own function (no Triton: torch tiles)"), ("tokamax", "this kernel")):
+        rows.append((f"TRL's fused LM head, one training step: peak activation bytes / ops dispatched, {label}",
+                     f"{head[name]['peak_bytes'] / 2**30:.2f} GiB / {head[name]['ops']}",
+                     f"{size}; largest {head[name]['largest_shape']}; most {head[name]['most']}"))
     serving = att["paged_serving"]
     for name, layer in serving["reads"].items():
         fills = [label for label in layer if "mixed" not in label]

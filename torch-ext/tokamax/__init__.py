@@ -51,17 +51,20 @@ KERNEL_MODULES = (
 
 # Our modules, also loaded on first use: running the kernels on a CPU host (emulation.py), the
 # public ops with upstream's config choice (ops/), splash attention at any length and batch
-# (splash/), the linear softmax cross-entropy at any size (lm_loss/), autotuning result files applied
-# to JAX calls and Torch ops (tuning/), and the Torch ops (torch_ops/, which needs torch and torch-tpu).
-HELPER_MODULES = ("emulation", "integrations", "layers", "lm_loss", "ops", "splash", "torch_ops", "tuning")
+# (splash/), the linear softmax cross-entropy at any size (lm_loss/), the LM head's per-row statistics on
+# kernels of our own (lm_head/: entropy, soft caps, temperatures, for TRL's head and the loss options),
+# autotuning result files applied to JAX calls and Torch ops (tuning/), and the Torch ops (torch_ops/,
+# which needs torch and torch-tpu).
+HELPER_MODULES = ("emulation", "integrations", "layers", "lm_head", "lm_loss", "ops", "splash", "torch_ops",
+                  "tuning")
 
 # transformers' entry points (need torch, torch-tpu and transformers): the attention function that
 # `attn_implementation="kernels-community/tokamax:attention"` loads, the experts registration, and
-# the fused LM loss (`tokamax.use_fused_loss(model)`), and the paged attention continuous batching
-# loads (`...:flash_paged`).
-FUNCTIONS = {"attention": ".integrations.transformers", "flash_attn_forward": ".integrations.transformers",
-             "flash_paged": ".integrations.transformers", "register_experts": ".integrations.transformers",
-             "use_fused_loss": ".integrations.transformers"}
+# the fused LM loss (`tokamax.use_fused_loss(model)`, which TRL's fused head runs on too), the paged
+# attention continuous batching loads (`...:flash_paged`), and `...:flash_attention`, which serves both.
+FUNCTIONS = {"attention": ".integrations.transformers", "flash_attention": ".integrations.transformers",
+             "flash_attn_forward": ".integrations.transformers", "flash_paged": ".integrations.transformers",
+             "register_experts": ".integrations.transformers", "use_fused_loss": ".integrations.transformers"}
 
 __all__ = ["KERNEL_MODULES", "TOKAMAX_VERSION", "__version__", *KERNEL_MODULES, *HELPER_MODULES, *FUNCTIONS]
 

@@ -14,7 +14,7 @@ from tests.conftest import VARIANT
 from . import launcher, steps, tiny
 
 HERE = Path(__file__).parent
-ORDER = ["ddp", "fsdp2", "fsdp2_head_unit", "tensor_parallel", "expert_parallel", "expert_parallel_router",
+ORDER = ["ddp", "fsdp2", "fsdp2_head_unit", "trl_fsdp2", "tensor_parallel", "expert_parallel", "expert_parallel_router",
          "dense_tensor_parallel", "tied_tensor_parallel", "accumulated_tensor_parallel", "op_values"]
 SCENARIOS = {name: f"tests.torch.distributed.steps.{name}" for name in ORDER[:-1]}
 SCENARIOS["op_values"] = "tests.torch.distributed.op_values.all_cases"
@@ -50,7 +50,7 @@ def job(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 
 _USERS = {"llama": ["dense_tensor_parallel"], "llama_tied": ["tied_tensor_parallel"],
-          "qwen3_moe": ["ddp", "fsdp2", "fsdp2_head_unit", "tensor_parallel", "expert_parallel",
+          "qwen3_moe": ["ddp", "fsdp2", "fsdp2_head_unit", "trl_fsdp2", "tensor_parallel", "expert_parallel",
                         "expert_parallel_router"]}
 
 

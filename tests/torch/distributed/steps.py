@@ -6,6 +6,7 @@ the test process itself)."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -87,6 +88,27 @@ def fsdp2_head_unit(tokamax: ModuleType, workdir: Path) -> dict[str, Any]:
         logits = model(input_ids=ids).logits
     report["eval_logits"] = logits if r == 0 else None
     return report
+
+
+def trl_fsdp2(tokamax: ModuleType, workdir: Path) -> dict[str, Any]:
+    """TRL's fused LM head (as its trainers add it) under FSDP2, on the kernel: `use_fused_loss`, then TRL's
+    `add_fused_lm_head`, then the call TRL's trainers make (`fused_lm_head=True`); its loss, the mean negative
+    log-probability of the shifted labels, is transformers' loss (one row per rank, gradients averaged)."""
+    from torch.distributed.fsdp import fully_shard
+    from trl.trainer.utils import add_fused_lm_head
+
+    dispatch = importlib.import_module(f"{tokamax.__name__}.integrations.trl.dispatch")
+    model = tokamax.use_fused_loss(tiny.load(workdir, "qwen3_moe", tokamax))
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    ids, labels = tiny.batch("qwen3_moe")
+    r, served = dist.get_rank(), dispatch.calls["kernel"]
+    out = model(input_ids=ids[r:r + 1], labels=labels[r:r + 1], fused_lm_head=True)
+    out.loss.backward()
+    assert dispatch.calls["kernel"] == served + 1, "TRL's fused head did not run on the kernel"
+    return _report(_mean_over_ranks(out.loss.detach()), tiny.full_grads(model))
 
 
 def _sharded_step(tokamax: ModuleType, workdir: Path, family: str, **distributed: Any) -> dict[str, Any]:

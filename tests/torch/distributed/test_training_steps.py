@@ -4,8 +4,9 @@ step in one process on transformers' eager attention, experts and loss (logits):
 rank and every parameter's gradient (sharded gradients gathered). Under transformers' plans the LM head is split
 over the vocabulary, so the fused loss is vocabulary-parallel; after the step the model evaluates
 to the one-process logits (the head's tensor-parallel forward is back in place). Also: FSDP2 with
-the LM head a unit of its own (resharded after its forward), tied embeddings under tensor
-parallelism, and gradient accumulation with `num_items_in_batch` and ignored labels."""
+the LM head a unit of its own (resharded after its forward), TRL's fused LM head under FSDP2 (on
+the kernel), tied embeddings under tensor parallelism, and gradient accumulation with
+`num_items_in_batch` and ignored labels."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ def _assert_step(ranks: list[dict], reference: dict) -> None:
         torch.testing.assert_close(ranks[0]["eval_logits"], reference["eval_logits"], **TOL)
 
 
-@pytest.mark.parametrize("scenario", ["ddp", "fsdp2", "fsdp2_head_unit", "tensor_parallel", "expert_parallel",
-                                      "expert_parallel_router"])
+@pytest.mark.parametrize("scenario", ["ddp", "fsdp2", "fsdp2_head_unit", "trl_fsdp2", "tensor_parallel",
+                                      "expert_parallel", "expert_parallel_router"])
 def test_qwen3_moe_step_equals_one_process(job, scenario):  # noqa: ANN001
     _assert_step(launcher.result(job["records"], scenario), job["references"]["qwen3_moe"])
 

@@ -286,22 +286,12 @@ def test_a_traced_training_step_holds_no_tokens_by_vocab_tensor(tokamax):
 
 
 @pytest.mark.kernels_ci
-@pytest.mark.parametrize(("change", "error", "message"), [
-    ("softcap", NotImplementedError, "caps its logits (30.0 * tanh(logits / 30.0)) before the loss"),
-    ("bias", NotImplementedError, "LM head has a bias"),
-    ("no-head", TypeError, "has no nn.Linear LM head"),
-])
-def test_refused_models_say_why(tokamax, change, error, message):
-    if change == "softcap":
-        model = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
-            vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-            num_key_value_heads=1, head_dim=32, final_logit_softcapping=30.0))
-    else:
-        model = transformers.LlamaForCausalLM(_llama())
-        model.lm_head = torch.nn.Linear(256, VOCAB, bias=True) if change == "bias" else torch.nn.Identity()
-    with pytest.raises(error, match="tokamax use_fused_loss") as info:
+def test_a_model_without_a_linear_head_is_refused(tokamax):
+    """(Soft caps, scales and biases are served: test_fused_loss_options.py.)"""
+    model = transformers.LlamaForCausalLM(_llama())
+    model.lm_head = torch.nn.Identity()
+    with pytest.raises(TypeError, match="tokamax use_fused_loss: LlamaForCausalLM has no nn.Linear LM head"):
         tokamax.use_fused_loss(model)
-    assert message in str(info.value)
 
 
 def _custom_loss(logits, labels, vocab_size, **kwargs):  # noqa: ANN001, ANN003, ANN202
@@ -330,12 +320,14 @@ def test_a_loss_other_than_the_causal_lm_cross_entropy_is_refused(tokamax, how):
         model(input_ids=ids, attention_mask=mask, labels=labels)
 
 
-class _ScalingLlama(transformers.LlamaForCausalLM):
-    """A family whose forward changes its logits before the loss (here: doubles them)."""
+class _CenteringLlama(transformers.LlamaForCausalLM):
+    """A family whose forward changes its logits before the loss other than by a scale or a soft cap (here:
+    centres them)."""
 
     def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):  # noqa: ANN001, ANN003, ANN201
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        logits = self.lm_head(hidden) * 2.0
+        logits = self.lm_head(hidden)
+        logits = logits - logits.mean(-1, keepdim=True)
         loss = self.loss_function(logits, labels, self.config.vocab_size, **kwargs)
         return transformers.modeling_outputs.CausalLMOutputWithPast(loss=loss, logits=logits)
 
@@ -346,11 +338,11 @@ class _OwnLossLlama(transformers.LlamaForCausalLM):
     def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):  # noqa: ANN001, ANN003, ANN201
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         logits = self.lm_head(hidden)
-        return transformers.modeling_outputs.CausalLMOutputWithPast(loss=logits.float().pow(2).mean(), logits=logits)
+        return transformers.modeling_outputs.CausalLMOutputWithPast(loss=hidden.pow(2).mean(), logits=logits)
 
 
 @pytest.mark.parametrize(("model_cls", "message"), [
-    (_ScalingLlama, "changes the logits between its lm_head and its loss function"),
+    (_CenteringLlama, "applies `.mean` to the logits between its lm_head and its loss function"),
     (_OwnLossLlama, "computed its loss without its loss_function"),
 ])
 def test_forwards_the_fused_loss_cannot_serve_are_stopped(tokamax, reference_kernel, model_cls, message):

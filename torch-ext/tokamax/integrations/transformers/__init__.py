@@ -11,6 +11,8 @@
 - `flash_paged` is what `attn_implementation="kernels-community/tokamax:flash_paged"` loads for
   transformers' continuous batching (`generate_batch`): upstream's batched ragged paged attention
   over the kernel's own paged KV cache (`paged/`).
+- `flash_attention` (`...:flash_attention`): `flash_paged` under continuous batching, `attention`
+  everywhere else, so one name serves a model that is trained and sampled from (TRL's GRPO).
 
 Modules: `attention` (the entry point: arguments, which phase), `prefill` (causal queries and keys
 the same tokens: training, prompts), `decode` (queries against a KV cache), `bidirectional`
@@ -21,8 +23,9 @@ export buckets), `experts`.
 
 from .attention import attention, flash_attn_forward
 from .experts import experts_forward, register_experts
+from .flash_attention import flash_attention
 from .loss import causal_lm_loss, use_fused_loss
 from .paged import flash_paged
 
-__all__ = ["attention", "causal_lm_loss", "experts_forward", "flash_attn_forward", "flash_paged",
+__all__ = ["attention", "causal_lm_loss", "experts_forward", "flash_attention", "flash_attn_forward", "flash_paged",
            "register_experts", "use_fused_loss"]

@@ -1,49 +1,132 @@
 """transformers' `ForCausalLMLoss`, computed from hidden states and the LM head's weight: the same
 label shift, `ignore_index`, `shift_labels` and reductions (`num_items_in_batch`: the sum over the
 labels kept, divided by it; else their mean, NaN when every label is ignored, as torch's
-cross_entropy), with the logits never formed (the Torch op `linear_softmax_cross_entropy_loss`).
+cross_entropy), with the logits never formed.
+
+Plain cross-entropy of the raw logits runs upstream's linear softmax cross-entropy (the Torch op
+`linear_softmax_cross_entropy_loss`). With a logit transform (a soft cap, a scale), a bias, z-loss or
+label smoothing it runs our LM-head kernels (`lm_head_statistics`), per token:
+(1 - label_smoothing) (lse - z[label]) + label_smoothing (lse - mean_j z_j) + z_loss lse^2, the
+definitions of torch's `cross_entropy(label_smoothing=...)` and of Liger's / PaLM's z-loss.
 
 Numerics: transformers rounds the logits to the model's dtype before upcasting them to float32;
-here they stay in the kernel's float32 accumulators, so bf16 models see a slightly more exact loss.
+here they stay in the kernels' float32 accumulators, so bf16 models see a slightly more exact loss.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from .... import torch_ops
+from ....lm_head import IDENTITY, LogitTransform
+from ....torch_ops.linear_softmax_cross_entropy.labels import out_of_range, poisoned
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossOptions:
+    """What `use_fused_loss` adds to the cross-entropy (Liger-Kernel's options): `z_loss` (the weight
+    of lse^2 per token), `label_smoothing` (in [0, 1)), `reduction` ("mean": transformers' own, the sum
+    over `num_items_in_batch` where given; "sum"; "none": a loss per label position, 0 where ignored,
+    shaped as the shifted labels, each with its own gradient)."""
+
+    z_loss: float = 0.0
+    label_smoothing: float = 0.0
+    reduction: str = "mean"
+
+    def __post_init__(self) -> None:
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"tokamax use_fused_loss: reduction must be one of {list(REDUCTIONS)}, got "
+                             f"{self.reduction!r}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"tokamax use_fused_loss: label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.z_loss < 0:
+            raise ValueError(f"tokamax use_fused_loss: z_loss must be >= 0, got {self.z_loss}")
+
+    @property
+    def plain(self) -> bool:
+        return not self.z_loss and not self.label_smoothing
+
+
+def _shifted(labels: torch.Tensor | None, shift_labels: torch.Tensor | None, ignore_index: int) -> torch.Tensor:
+    if shift_labels is not None:
+        return shift_labels
+    if labels is None:
+        raise ValueError("tokamax fused loss: labels or shift_labels are needed")
+    return F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+
+
+def _token_losses(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+                  transform: LogitTransform, options: LossOptions, ignore_index: int) -> torch.Tensor:
+    """float32 [rows] of the options' loss (our kernels), 0 where ignored, NaN where a label is outside the
+    vocabulary (and refused on CPU tensors)."""
+    vocab = weight.shape[0]
+    bad = out_of_range("use_fused_loss", targets, vocab, ignore_index)
+    valid = (targets != ignore_index) & ~bad
+    scale = transform.pre * transform.post
+    cap = transform.post if transform.tanh else None
+    stats = torch_ops.lm_head_statistics(x, weight, bias, torch.where(valid, targets, 0), logit_scale=scale,
+                                         soft_cap=cap)
+    eps = options.label_smoothing
+    nll = stats.lse - stats.target_logit
+    losses = (1.0 - eps) * nll
+    if eps:
+        losses = losses + eps * (stats.lse - stats.sum_logits / vocab)
+    if options.z_loss:
+        losses = losses + options.z_loss * stats.lse.square()
+    return poisoned(torch.where(valid, losses, 0.0), bad)
 
 
 def causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor | None, *,
                    num_items_in_batch: torch.Tensor | int | None = None, ignore_index: int = -100,
-                   shift_labels: torch.Tensor | None = None, replicated_on: Any = None) -> torch.Tensor:
+                   shift_labels: torch.Tensor | None = None, replicated_on: Any = None,
+                   transform: LogitTransform = IDENTITY, bias: torch.Tensor | None = None,
+                   options: LossOptions | None = None) -> torch.Tensor:
     """float32 loss of next-token prediction: `hidden` [..., hidden] (the positions the model kept),
-    `weight` the LM head's [vocab, hidden], `labels` [...] (shifted here) or `shift_labels`
-    (already shifted; then `labels` is not read). `replicated_on`: the device mesh of a tensor-parallel
-    head (its weight a DTensor split over the vocabulary), over which every rank holds the same hidden
-    states and labels; they enter the loss as replicated DTensors on it, the loss comes back plain."""
-    if shift_labels is None:
-        if labels is None:
-            raise ValueError("tokamax fused loss: labels or shift_labels are needed")
-        shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    `weight` the LM head's [vocab, hidden] (and its `bias`), the logits `transform(hidden @ weight.T +
+    bias)`, `labels` [...] (shifted here) or `shift_labels` (already shifted; then `labels` is not read).
+    `replicated_on`: the device mesh of a tensor-parallel head (its weight a DTensor split over the
+    vocabulary), over which every rank holds the same hidden states and labels; they enter the loss as
+    replicated DTensors on it, the loss comes back plain."""
+    options = LossOptions() if options is None else options
+    shift_labels = _shifted(labels, shift_labels, ignore_index)
     x = hidden.reshape(-1, hidden.shape[-1]).to(weight.dtype)
     targets = shift_labels.reshape(-1).to(device=x.device, dtype=torch.int32)
     if targets.shape[0] != x.shape[0]:
         raise ValueError(f"tokamax fused loss: {targets.shape[0]} label positions for {x.shape[0]} hidden states "
                          "(with logits_to_keep, pass shift_labels for the positions kept)")
+    upstream = transform.identity and bias is None and options.plain
     if replicated_on is not None:
+        if not upstream:
+            raise NotImplementedError("tokamax use_fused_loss: under tensor parallelism the loss is the plain "
+                                      "cross-entropy of the raw logits; a soft cap, a logit scale, a bias, z-loss and "
+                                      "label smoothing are not vocabulary-parallel")
         from torch.distributed.tensor import DTensor, Replicate
 
         x, targets = (DTensor.from_local(t, replicated_on, [Replicate()], run_check=False) for t in (x, targets))
-    total, _ = torch_ops.linear_softmax_cross_entropy_loss(x, targets, weight.t(), reduction="sum",
-                                                           ignore_index=ignore_index)
-    if replicated_on is not None:
-        total, targets = total.to_local(), targets.to_local()
+    if upstream:
+        reduction = "none" if options.reduction == "none" else "sum"
+        out, _ = torch_ops.linear_softmax_cross_entropy_loss(x, targets, weight.t(), reduction=reduction,
+                                                             ignore_index=ignore_index)
+        if replicated_on is not None:
+            out = out.to_local()
+        losses, total = (out, None) if reduction == "none" else (None, out)
+    else:
+        losses = _token_losses(x, weight, bias, targets, transform, options, ignore_index)
+        total = losses.sum()
+    if options.reduction == "none":
+        return losses.reshape(shift_labels.shape)
+    if options.reduction == "sum":
+        return total
     if num_items_in_batch is not None:
         if torch.is_tensor(num_items_in_batch):
             num_items_in_batch = num_items_in_batch.to(total.device)
         return total / num_items_in_batch
+    if replicated_on is not None:
+        targets = targets.to_local()
     return total / (targets != ignore_index).sum()

@@ -1,18 +1,23 @@
 """`use_fused_loss(model)`: a causal LM computes its training loss with the fused loss, through its
-own forward.
+own forward, and TRL's trainers run their fused LM head on the kernel for it.
 
-transformers' causal LMs (Llama, Mixtral, Qwen3-MoE, GPT-OSS and the others built as `model` +
-`lm_head`) end their forward with `logits = self.lm_head(hidden)` and `loss = self.loss_function(
-logits, labels, vocab_size, **kwargs)`. While a training step with labels runs, `lm_head` hands its
-input through unchanged and `loss_function` is `causal_lm_loss` on it and `lm_head.weight`; the rest
-of the family's forward (its trunk, `logits_to_keep`, MoE auxiliary losses) runs as written, and the
-output holds no logits. So one wrapper serves every family, and nothing of a family's forward is
-copied. Evaluation, generation and steps without labels run the forward untouched (logits as
-before). Tied embeddings need nothing (the weight is shared). Under transformers' tensor-parallel
-plan and FSDP2, `sharding` gives the loss the head's weight as it must see it.
-Refused: an `lm_head` with a bias, a final logit soft cap (Gemma 2/3), a loss function other than
-transformers' `ForCausalLMLoss` (a custom `loss_function`, another `loss_type`), and a forward that
-changes the logits before its loss function or does not call it (each detected, with a message).
+transformers' causal LMs (Llama, Mixtral, Qwen3-MoE, GPT-OSS, Gemma 2 and the others built as
+`model` + `lm_head`) end their forward with `logits = self.lm_head(hidden)`, maybe a scale or a soft
+cap, and `loss = self.loss_function(logits, labels, vocab_size, **kwargs)`. While a training step
+with labels runs, `lm_head` hands on its input as `LogitsToBe` (`logits`: it records the scale and
+soft cap the forward applies) and `loss_function` is `causal_lm_loss` on it, `lm_head.weight` and
+its bias; the rest of the family's forward (its trunk, `logits_to_keep`, MoE auxiliary losses) runs
+as written, and the output holds no logits. So one wrapper serves every family, and nothing of a
+family's forward is copied. Evaluation, generation and steps without labels run the forward
+untouched (logits as before). Tied embeddings need nothing (the weight is shared). Under
+transformers' tensor-parallel plan and FSDP2, `sharding` gives the loss the head's weight as it must
+see it. TRL's fused head, which its trainers call instead of the labels path, is served through the
+hooks of `integrations.trl`.
+
+Options (Liger-Kernel's): z-loss, label smoothing, reduction ("mean", "sum", "none"): `LossOptions`.
+Refused: a loss function other than transformers' `ForCausalLMLoss` (a custom `loss_function`,
+another `loss_type`), and a forward that changes the logits otherwise before its loss function or
+does not call it (each detected, with a message).
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ from typing import Any
 
 import torch
 
+from ...trl import hooks as trl_hooks
 from . import sharding
-from .causal_lm import causal_lm_loss
+from .causal_lm import LossOptions, causal_lm_loss
+from .logits import LogitsToBe
 
 _LOSS_KEYWORDS = ("num_items_in_batch", "ignore_index", "shift_labels")
 
@@ -38,14 +45,6 @@ def _head(model: torch.nn.Module) -> torch.nn.Linear:
     if not isinstance(head, torch.nn.Linear):
         raise TypeError(f"tokamax use_fused_loss: {name} has no nn.Linear LM head (get_output_embeddings() gives "
                         f"{type(head).__name__}); the fused loss serves causal LMs built as model + lm_head")
-    if head.bias is not None:
-        raise NotImplementedError(f"tokamax use_fused_loss: {name}'s LM head has a bias, which upstream's linear "
-                                  "softmax cross-entropy has no place for")
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    cap = getattr(config, "final_logit_softcapping", None)
-    if cap:
-        raise NotImplementedError(f"tokamax use_fused_loss: {name} caps its logits ({cap} * tanh(logits / {cap})) "
-                                  "before the loss; the fused loss takes the softmax of the uncapped logits")
     _check_loss_function(model)
     return head
 
@@ -69,24 +68,26 @@ def _check_loss_function(model: torch.nn.Module) -> None:
 
 
 @contextlib.contextmanager
-def _hidden_states_as_logits(model: torch.nn.Module, head: torch.nn.Linear) -> Iterator[dict[str, Any]]:
-    """Within the block, `head` returns its input and `model.loss_function` is the fused loss on it;
-    yields a record of what the forward did (the hidden states, whether the loss ran)."""
+def _hidden_states_as_logits(model: torch.nn.Module, head: torch.nn.Linear,
+                             options: LossOptions) -> Iterator[dict[str, Any]]:
+    """Within the block, `head` returns its input as `LogitsToBe` and `model.loss_function` is the fused
+    loss on it; yields a record of what the forward did (the hidden states, whether the loss ran)."""
     seen: dict[str, Any] = {}
     name = type(model).__name__
 
-    def hand_through(hidden: torch.Tensor) -> torch.Tensor:
+    def hand_through(hidden: torch.Tensor) -> LogitsToBe:
         seen["hidden"] = hidden
-        return hidden
+        return LogitsToBe(hidden, name)
 
-    def fused_loss(logits: torch.Tensor, labels: torch.Tensor | None, vocab_size: int | None = None,
+    def fused_loss(logits: Any, labels: torch.Tensor | None, vocab_size: int | None = None,
                    **kwargs: Any) -> torch.Tensor:
-        if logits is not seen.get("hidden"):
+        if not isinstance(logits, LogitsToBe) or logits.hidden is not seen.get("hidden"):
             raise RuntimeError(f"tokamax use_fused_loss: {name}.forward changes the logits between its lm_head and "
                                "its loss function; the fused loss cannot apply that change")
         seen["loss"] = True
         sharding.check_weight(name, head)
-        return causal_lm_loss(logits, head.weight, labels, replicated_on=sharding.tensor_parallel_mesh(head),
+        return causal_lm_loss(logits.hidden, head.weight, labels, replicated_on=sharding.tensor_parallel_mesh(head),
+                              transform=logits.transform, bias=head.bias, options=options,
                               **{k: kwargs[k] for k in _LOSS_KEYWORDS if k in kwargs})
 
     had_loss_function = "_loss_function" in model.__dict__
@@ -108,10 +109,15 @@ def _hidden_states_as_logits(model: torch.nn.Module, head: torch.nn.Linear) -> I
             del model._loss_function
 
 
-def use_fused_loss(model: torch.nn.Module) -> torch.nn.Module:
-    """Makes `model` (a transformers causal LM) compute its training loss with the fused loss; returns
-    it. Applies to this model object only (not its class); calling it again changes nothing."""
+def use_fused_loss(model: torch.nn.Module, *, z_loss: float = 0.0, label_smoothing: float = 0.0,
+                   reduction: str = "mean") -> torch.nn.Module:
+    """Makes `model` (a transformers causal LM) compute its training loss with the fused loss, and TRL's
+    fused LM head run on the kernel for it; returns it. Applies to this model object only (not its
+    class); calling it again changes only the options. `z_loss`, `label_smoothing`, `reduction`: see
+    `LossOptions` (the labels path only: TRL computes its own losses from the head's outputs)."""
     head = _head(model)
+    model._tokamax_loss_options = LossOptions(z_loss=z_loss, label_smoothing=label_smoothing, reduction=reduction)
+    trl_hooks.attach(model)
     if getattr(model, "_tokamax_fused_loss", False):
         return model
     forward = type(model).forward
@@ -124,7 +130,8 @@ def use_fused_loss(model: torch.nn.Module) -> torch.nn.Module:
             return forward(self, *args, **kwargs)
         as_tuple = kwargs.pop("return_dict", None) is False
         _check_loss_function(self)  # a loss_function set since
-        with sharding.weight_kept_gathered(self, head), _hidden_states_as_logits(self, head) as seen:
+        with sharding.weight_kept_gathered(self, head), \
+                _hidden_states_as_logits(self, head, self._tokamax_loss_options) as seen:
             out = forward(self, *args, **kwargs, return_dict=True)
         if not seen.get("loss"):
             raise RuntimeError(f"tokamax use_fused_loss: {type(self).__name__}.forward computed its loss without "

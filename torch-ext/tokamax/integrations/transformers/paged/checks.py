@@ -15,13 +15,19 @@ NAME = "tokamax flash_paged"
 DTYPES = (torch.float32, torch.bfloat16)
 
 
+def is_paged_cache(cache: Any) -> bool:
+    """Whether `cache` is continuous batching's PagedAttentionCache (what its forwards pass as `cache=`)."""
+    return cache is not None and hasattr(cache, "cache_allocators")
+
+
 def call(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout: float,
          is_causal: bool | None, s_aux: torch.Tensor | None, cache: Any, kwargs: dict) -> None:
     """One attention call: a continuous-batching forward of a causal layer the kernel can run."""
-    if cache is None or not hasattr(cache, "cache_allocators"):
+    if not is_paged_cache(cache):
         raise ValueError(f"{NAME}: serves transformers' continuous batching only (generate_batch, "
                          "init_continuous_batching), which passes a PagedAttentionCache; for generate() use "
-                         "attn_implementation='kernels-community/tokamax:attention'")
+                         "attn_implementation='kernels-community/tokamax:attention' (or ':flash_attention', which "
+                         "serves both)")
     if dropout:
         raise NotImplementedError(f"{NAME}: attention dropout is not supported (set attention_dropout=0)")
     if kwargs.get("output_attentions"):

@@ -1,0 +1,178 @@
+"""`tokamax.lm_head` (our LM-head kernels) in Pallas TPU interpret mode against float64 numpy: the
+six per-row statistics and the gradients of a weighted sum of the differentiable four, with a bias
+and without, for every logit transform the models and TRL use (none, a scale, a soft cap with a
+temperature), at sizes off the lanes (the masked vocabulary columns, the padded rows), bf16, and
+ties for top-1; lowered for v5e, v6e and v7x (one kernel forward, two backward, no [rows, vocab]
+array in the module); the block choice within VMEM, and the refusal of what cannot fit."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+# f32 operands, exact f32 matmuls in interpret mode: tiled summation order and the online softmax only
+# (~1e-6 relative); sum_logits adds vocab terms of O(1), dw sums rows of O(1)
+TOL = dict(rtol=2e-5, atol=5e-5)
+TRANSFORMS = {"plain": dict(), "scale": dict(scale=0.125), "cap-temperature": dict(scale=1.5, soft_cap=3.0,
+                                                                                   temperature=0.7)}
+
+
+def _operands(rows: int, hidden: int, vocab: int, seed: int, dtype=np.float32):  # noqa: ANN001, ANN202
+    r = np.random.default_rng(seed)
+    x = (r.standard_normal((rows, hidden)) / np.sqrt(hidden)).astype(dtype)
+    w = r.standard_normal((vocab, hidden)).astype(dtype)
+    b = (r.standard_normal(vocab) / 4).astype(np.float32)
+    targets = r.integers(0, vocab, rows).astype(np.int32)
+    return x, w, b, targets
+
+
+def _reference(x, w, b, targets, transform):  # noqa: ANN001, ANN202
+    """The statistics and z, p in float64, from the definitions."""
+    raw = np.asarray(x, np.float64) @ np.asarray(w, np.float64).T + (0 if b is None else np.asarray(b, np.float64))
+    z = transform.post * np.tanh(transform.pre * raw) if transform.tanh else transform.pre * transform.post * raw
+    top = z.max(1, keepdims=True)
+    lse = np.log(np.exp(z - top).sum(1)) + top[:, 0]
+    p = np.exp(z - lse[:, None])
+    rows = np.arange(len(targets))
+    first_max = np.argmax(z, 1)  # numpy's argmax: the first maximum
+    stats = dict(lse=lse, target_logit=z[rows, targets], mean_logit=(p * z).sum(1),
+                 log_sum_sq_probs=np.log((p * p).sum(1)), sum_logits=z.sum(1),
+                 top1=(first_max == targets).astype(np.float64))
+    return stats, z, p, raw
+
+
+def _gradients(x, w, b, targets, transform, cotangents):  # noqa: ANN001, ANN202
+    """d(sum_r g_lse lse + g_t z_t + g_mean E_p[z] + g_sum sum z)/d(x, w, b) in float64."""
+    stats, z, p, raw = _reference(x, w, b, targets, transform)
+    g_lse, g_t, g_mean, g_sum = (np.asarray(c, np.float64)[:, None] for c in cotangents)
+    onehot = np.zeros_like(z)
+    onehot[np.arange(len(targets)), targets] = 1
+    g_z = g_lse * p + g_t * onehot + g_sum + g_mean * p * (1 + z - stats["mean_logit"][:, None])
+    if transform.tanh:
+        g_raw = g_z * transform.post * transform.pre * (1 - np.tanh(transform.pre * raw) ** 2)
+    else:
+        g_raw = g_z * transform.pre * transform.post
+    return g_raw @ np.asarray(w, np.float64), g_raw.T @ np.asarray(x, np.float64), g_raw.sum(0)
+
+
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
+@pytest.mark.parametrize(("rows", "hidden", "vocab", "bias"), [(37, 64, 200, True), (300, 128, 384, False)])
+def test_statistics_and_gradients_match_float64(kernel, emulation, transform, rows, hidden, vocab, bias):
+    lm_head = kernel.lm_head
+    t = lm_head.LogitTransform.of(**TRANSFORMS[transform])
+    x, w, b, targets = _operands(rows, hidden, vocab, seed=rows + vocab)
+    b = b if bias else None
+    r = np.random.default_rng(1)
+    cotangents = [r.standard_normal(rows).astype(np.float32) for _ in range(4)]
+
+    def run(x, w, b):  # noqa: ANN001, ANN202
+        stats = lm_head.row_stats(x, w, b, targets, t)
+        return stats, lm_head.row_stats_vjp(x, w, b, targets, stats.lse, stats.mean_logit, *cotangents, t)
+
+    with emulation.interpret_on_cpu("v6e"):
+        stats, (dx, dw, db) = jax.jit(run)(x, w, b)
+    want, _, _, _ = _reference(x, w, b, targets, t)
+    for name in lm_head.OUTPUTS:
+        np.testing.assert_allclose(np.asarray(getattr(stats, name)), want[name], err_msg=name, **TOL)
+    want_dx, want_dw, want_db = _gradients(x, w, b, targets, t, cotangents)
+    assert dx.dtype == x.dtype and dw.dtype == w.dtype and db.shape == (vocab,)
+    for name, got, expected in (("dx", dx, want_dx), ("dw", dw, want_dw), ("db", db, want_db)):
+        np.testing.assert_allclose(np.asarray(got), expected, err_msg=name, rtol=1e-4, atol=1e-4)
+
+
+def test_bf16_operands(kernel, emulation):
+    """bf16 x and w (the reference takes the same bf16 values): float32 accumulators, so the statistics are
+    as exact as for f32; the gradient block enters the MXU in bf16 (as TRL rounds its tiles to the compute
+    dtype) and the gradients come back in bf16: errors of 2^-8 of the largest gradient, not of each."""
+    lm_head = kernel.lm_head
+    x, w, b, targets = _operands(64, 128, 256, seed=3, dtype=jnp.bfloat16)
+    t = lm_head.LogitTransform.of(soft_cap=30.0)
+    ones = [np.ones(64, np.float32)] * 4
+    with emulation.interpret_on_cpu("v6e"):
+        stats = jax.jit(lambda x, w: lm_head.row_stats(x, w, None, targets, t))(x, w)
+        dx, dw, _ = jax.jit(lambda x, w, lse, m: lm_head.row_stats_vjp(x, w, None, targets, lse, m, *ones, t))(
+            x, w, stats.lse, stats.mean_logit)
+    want, _, _, _ = _reference(x, w, None, targets, t)
+    for name in ("lse", "target_logit", "mean_logit", "log_sum_sq_probs"):
+        np.testing.assert_allclose(np.asarray(getattr(stats, name)), want[name], rtol=1e-5, atol=1e-4, err_msg=name)
+    want_dx, want_dw, _ = _gradients(x, w, None, targets, t, ones)
+    assert dx.dtype == dw.dtype == jnp.bfloat16
+    for name, got, want_g in (("dx", dx, want_dx), ("dw", dw, want_dw)):
+        np.testing.assert_allclose(np.asarray(got, np.float64), want_g, rtol=2e-2, atol=8e-3 * np.abs(want_g).max(),
+                                   err_msg=name)
+
+
+@pytest.mark.kernels_ci
+def test_top1_is_the_first_maximum(kernel, emulation):
+    """Two columns share a row's maximum: the target on the first is top-1, on the second not (TRL's rule,
+    and argmax's), across a vocabulary block boundary too."""
+    lm_head = kernel.lm_head
+    hidden, vocab = 128, 2048  # vocabulary blocks of 1024
+    x = np.zeros((4, hidden), np.float32)
+    x[:2, 0] = x[2:, 1] = 1.0
+    w = np.zeros((vocab, hidden), np.float32)
+    w[[5, 9], 0] = 2.0  # rows 0/1: columns 5 and 9 tie
+    w[[100, 1500], 1] = 2.0  # rows 2/3: columns 100 and 1500 (the next block) tie
+    targets = np.array([5, 9, 100, 1500], np.int32)
+    with emulation.interpret_on_cpu("v6e"):
+        stats = jax.jit(lambda x, w: lm_head.row_stats(x, w, None, targets))(x, w)
+    assert np.asarray(stats.top1).tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
+def _lower(kernel, emulation, chip, fn, *specs):  # noqa: ANN001, ANN002, ANN202
+    with emulation.emulated_chip(chip), jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)):
+        return jax.jit(fn).trace(*specs).lower(lowering_platforms=("tpu",)).as_text()
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("chip", ["v5e", "v6e", "v7x"])
+def test_lowers_for_each_chip_without_logits(kernel, emulation, chip):
+    """At a real size (16,384 tokens, hidden 4096, Qwen's 151,936 vocabulary, bf16): the forward one Mosaic
+    kernel, the backward two, and no [rows, vocab] array anywhere in either module."""
+    lm_head = kernel.lm_head
+    sd = jax.ShapeDtypeStruct
+    rows, hidden, vocab = 16384, 4096, 151936
+    specs = (sd((rows, hidden), jnp.bfloat16), sd((vocab, hidden), jnp.bfloat16), sd((vocab,), jnp.float32),
+             sd((rows,), jnp.int32))
+    row = sd((rows,), jnp.float32)
+    t = lm_head.LogitTransform.of(soft_cap=30.0, temperature=0.7)
+    forward = _lower(kernel, emulation, chip, lambda *a: lm_head.row_stats(*a, t), *specs)
+    backward = _lower(kernel, emulation, chip, lambda *a: lm_head.row_stats_vjp(*a, t), *specs, *[row] * 6)
+    assert forward.count("tpu_custom_call") == 1 and backward.count("tpu_custom_call") == 2
+    for module in (forward, backward):
+        assert not re.search(rf"tensor<{rows}x{vocab}x", module) and not re.search(rf"tensor<{vocab}x{rows}x", module)
+        assert "tokamax_lm_head" in module
+
+
+@pytest.mark.kernels_ci
+def test_blocks_fit_half_the_vmem_and_too_large_a_hidden_size_is_refused(kernel):
+    blocks = kernel.lm_head.blocks
+    for capacity in (64 << 20, 128 << 20):
+        for hidden, vocab in ((4096, 151936), (8192, 128256), (2048, 262144), (64, 200)):
+            chosen = blocks.choose(16384, hidden, vocab, 2, capacity)
+            assert chosen.vmem_bytes(hidden, 2) <= capacity // 2
+            assert blocks.round_up(vocab, 128) % chosen.vocab == 0
+    assert blocks.choose(37, 64, 200, 4, 128 << 20).rows == 128  # never more rows than given, rounded to lanes
+    with pytest.raises(ValueError, match=r"tokamax lm_head: a hidden size of 131072 needs \d+ bytes of VMEM at the "
+                                         r"smallest blocks \(128 rows x 128 vocabulary\), over half of this chip's"):
+        blocks.choose(16384, 131072, 151936, 2, 64 << 20)
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda lm, x, w, t: lm.row_stats(x, w[:, :64], None, t), r"x must be \[rows, hidden\] and w \[vocab, hidden\]"),
+    (lambda lm, x, w, t: lm.row_stats(x, w.astype(jnp.bfloat16), None, t), "x and w must share a dtype"),
+    (lambda lm, x, w, t: lm.row_stats(x, w, None, t[:3]), r"targets must be \[rows\]"),
+    (lambda lm, x, w, t: lm.row_stats(x, w, jnp.zeros(7), t), r"the bias must be \[vocab\]"),
+    (lambda lm, x, w, t: lm.LogitTransform.of(temperature=0.0), "temperature must be > 0"),
+    (lambda lm, x, w, t: lm.LogitTransform.of(soft_cap=-1.0), "soft_cap must be > 0 or None"),
+])
+def test_bad_calls_name_the_kernel_and_the_argument(kernel, call, message):
+    x, w = jnp.zeros((8, 128)), jnp.zeros((256, 128))
+    with pytest.raises((ValueError, TypeError), match=message) as info:
+        call(kernel.lm_head, x, w, jnp.zeros(8, jnp.int32))
+    assert str(info.value).startswith("tokamax lm_head: ")

@@ -1,0 +1,128 @@
+"""The Torch LM-head statistics (`lm_head_statistics`, our kernels): the six statistics and the
+gradients in the hidden states, the weight and the bias against float64 Torch on CPU tensors
+(interpret mode) with a soft cap and a temperature, int64 targets as TRL passes them; the shared
+checks (fakes against JAX shapes, symbolic tracing, one graph for two sizes, the kernel count in the
+TPU lowering), autograd on meta tensors (only the four differentiable statistics carry gradients),
+and bad calls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.jax.cases import rng
+
+from . import checks
+
+OP = "lm_head_statistics"
+ROWS, HIDDEN, VOCAB = 70, 64, 300
+
+
+def _operands() -> tuple[torch.Tensor, ...]:
+    x = checks.randn(ROWS, HIDDEN, seed=21, scale=HIDDEN ** -0.5).requires_grad_()
+    w = checks.randn(VOCAB, HIDDEN, seed=22).requires_grad_()
+    b = checks.randn(VOCAB, seed=23, scale=0.25).requires_grad_()
+    targets = torch.from_numpy(rng(24).integers(0, VOCAB, size=ROWS))  # int64, as TRL hands them
+    return x, w, b, targets
+
+
+def test_statistics_and_gradients_match_float64(ops):
+    x, w, b, targets = _operands()
+    stats = ops.lm_head_statistics(x, w, b, targets, logit_scale=1.5, soft_cap=3.0, temperature=0.7)
+    g = [checks.randn(ROWS, seed=30 + i) for i in range(4)]
+    weighted = g[0] * stats.log_probs + g[1] * stats.entropy + g[2] * stats.lse.square() + g[3] * stats.sum_logits
+    weighted.sum().backward()
+
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    z = 3.0 * torch.tanh((x64 @ w64.T + b64) * 1.5 / 3.0) / 0.7
+    logp = torch.log_softmax(z, -1)
+    p = logp.exp()
+    rows = torch.arange(ROWS)
+    want = dict(lse=torch.logsumexp(z, -1), log_probs=logp[rows, targets], entropy=-(p * logp).sum(-1),
+                log_sum_sq_probs=torch.logsumexp(2 * logp, -1), sum_logits=z.sum(-1))
+    (g[0].double() * want["log_probs"] + g[1].double() * want["entropy"] + g[2].double() * want["lse"].square()
+     + g[3].double() * want["sum_logits"]).sum().backward()
+    for name, expected in want.items():
+        torch.testing.assert_close(getattr(stats, name).double(), expected.detach(), rtol=2e-5, atol=5e-5,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+    assert torch.equal(stats.top1.bool(), z.argmax(-1) == targets)
+    for name, got, ref in (("dx", x, x64), ("dw", w, w64), ("db", b, b64)):
+        torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.kernels_ci
+def test_fakes_match_jax_shapes(ops, tokamax):
+    f = checks.family(ops, "lm_head").custom_ops
+    x, w, b = torch.zeros(200, 128, dtype=torch.bfloat16), torch.zeros(384, 128, dtype=torch.bfloat16), torch.zeros(384)
+    targets, row = torch.zeros(200, dtype=torch.int32), torch.zeros(200)
+    checks.fake_matches_jax(ops, ops.lm_head_stats_op, f._stats_jax, x, w, b, targets, 1.0, True, 30.0)
+    checks.fake_matches_jax(ops, ops.lm_head_stats_bwd_op, f._stats_bwd_jax, x, w, b, targets, row, row, row, row,
+                            row, row, 1.0, False, 1.0)
+
+
+@pytest.mark.kernels_ci
+def test_traces_with_symbolic_sizes_and_compiles_once(ops):
+    def step(x: torch.Tensor, w: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        stats = ops.lm_head_statistics(x, w, None, targets, soft_cap=30.0)
+        return stats.log_probs + stats.entropy
+
+    def args(rows: int) -> tuple[torch.Tensor, ...]:
+        return (torch.zeros(rows, 128, device="meta"), torch.zeros(384, 128, device="meta"),
+                torch.zeros(rows, dtype=torch.int32, device="meta"))
+
+    checks.traces_symbolically(step, *args(200))
+    checks.compiles_once_for_two_sizes(step, args(200), args(333))
+
+
+@pytest.mark.kernels_ci
+def test_autograd_wiring_on_meta(ops):
+    """Gradients reach hidden, weight and bias in their dtypes through the four differentiable statistics;
+    log_sum_sq_probs and top1 carry none (as TRL marks them)."""
+    x = torch.zeros(200, 128, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    w = torch.zeros(384, 128, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    b = torch.zeros(384, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    stats = ops.lm_head_statistics(x, w, b, torch.zeros(200, dtype=torch.int32, device="meta"))
+    assert [s.requires_grad for s in stats] == [True, True, True, False, True, False]
+    (stats.log_probs + stats.entropy + stats.sum_logits).sum().backward()
+    for t in (x, w, b):
+        assert (t.grad.shape, t.grad.dtype) == (t.shape, t.dtype)
+
+
+@pytest.mark.kernels_ci
+def test_lowers_to_the_three_kernels(ops):
+    f = checks.family(ops, "lm_head").custom_ops
+    x, w = torch.zeros(512, 256, dtype=torch.bfloat16), torch.zeros(1024, 256, dtype=torch.bfloat16)
+    targets, row = torch.zeros(512, dtype=torch.int32), torch.zeros(512)
+    assert checks.mosaic_kernels(ops, f._stats_jax, x, w, None, targets, 1.0, False, 1.0) == 1
+    assert checks.mosaic_kernels(ops, f._stats_bwd_jax, x, w, None, targets, *[row] * 6, 1.0, False, 1.0) == 2
+
+
+@pytest.mark.kernels_ci
+def test_in_build_namespace(ops, tokamax):
+    checks.assert_in_build_namespace(tokamax, ops.lm_head_stats_op, ops.lm_head_stats_bwd_op)
+
+
+def _call(x=None, w=None, b=None, targets=None, **kw):  # noqa: ANN001, ANN003, ANN202
+    def call(o):  # noqa: ANN001, ANN202
+        return o.lm_head_statistics(torch.zeros(8, 128) if x is None else x, torch.zeros(256, 128) if w is None else w,
+                                    b, torch.zeros(8, dtype=torch.int32) if targets is None else targets, **kw)
+    return call
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(("call", "error", "message"), [
+    (_call(x=[[1.0]]), TypeError, "hidden must be a torch.Tensor, got list"),
+    (_call(x=torch.zeros(8, 128, dtype=torch.float16)), TypeError, "hidden must be bfloat16 or float32"),
+    (_call(w=torch.zeros(256, 128, dtype=torch.bfloat16)), TypeError, "hidden and weight must share a dtype"),
+    (_call(w=torch.zeros(256)), ValueError, "weight must be [vocab, hidden], got shape (256,)"),
+    (_call(w=torch.zeros(256, 64)), ValueError, "the hidden sizes must agree: hidden has 128, weight has 64"),
+    (_call(targets=torch.zeros(8)), TypeError, "targets must be int32 or int64, got torch.float32"),
+    (_call(targets=torch.zeros(7, dtype=torch.int32)), ValueError, "targets must be [rows] = [8], got shape (7,)"),
+    (_call(b=torch.zeros(255)), ValueError, "bias must be [vocab] = [256], got shape (255,)"),
+    (_call(temperature=0.0), ValueError, "temperature must be > 0, got 0.0"),
+    (_call(soft_cap=-2.0), ValueError, "soft_cap must be > 0 or None, got -2.0"),
+])
+def test_bad_calls_fail_with_the_ops_own_message(ops, call, error, message):
+    with pytest.raises(error, match=f"tokamax {OP}") as info:
+        call(ops)
+    assert message in str(info.value)

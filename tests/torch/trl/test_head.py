@@ -1,0 +1,161 @@
+"""TRL's fused LM head on the kernel (`integrations.trl`), call by call, on CPU tensors in interpret
+mode: `head.chunked_log_probs` against TRL 1.16's own `ChunkedLogProbFunction` and against float64
+Torch on the same arguments (every output, the gradients TRL's function has: hidden, weight and bias
+through log_probs and entropy; none through the others), with a bias, a logit scale, a soft cap and
+a temperature, and TRL's quirks (a soft cap of 0 is a cap of 1; targets of ignored positions are 0);
+which function serves which model (`dispatch`): a marked model the kernel, any other model and any
+call the kernel cannot serve TRL's own, with the reason said once; a TRL of another signature left
+alone."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+import pytest
+import torch
+import transformers
+
+pytest.importorskip("trl", reason="TRL is pinned in the main Torch tier only (requirements/torch-tier.in)")
+import trl.trainer.utils as trl_utils  # noqa: E402
+from trl.kernels import ChunkedLogProbFunction  # noqa: E402
+
+from tests.jax.cases import rng  # noqa: E402
+from tests.torch.ops import checks  # noqa: E402
+
+ROWS, HIDDEN, VOCAB = 45, 64, 260
+OUTPUTS = ("entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+
+
+def _args(seed: int = 0, bias: bool = True) -> list:
+    hidden = checks.randn(ROWS, HIDDEN, seed=seed, scale=HIDDEN ** -0.5).requires_grad_()
+    weight = checks.randn(VOCAB, HIDDEN, seed=seed + 1).requires_grad_()
+    b = checks.randn(VOCAB, seed=seed + 2, scale=0.25).requires_grad_() if bias else None
+    targets = torch.from_numpy(rng(seed + 3).integers(0, VOCAB, size=ROWS))
+    return [hidden, weight, b, targets]
+
+
+def _run(fn, args: list, options: tuple) -> tuple[tuple, list]:  # noqa: ANN001
+    """fn's outputs, and the gradients of a fixed weighting of log_probs and entropy."""
+    leaves = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+              for a in args]  # float32 leaves; the float64 reference upcasts inside, so its gradients are float32
+    out = fn(*leaves, *options)
+    g = [checks.randn(ROWS, seed=40 + i) for i in range(2)]
+    (g[0] * out[0] + g[1] * out[1]).sum().backward()
+    return out, [a.grad for a in leaves[:3] if isinstance(a, torch.Tensor)]
+
+
+def _float64(hidden, weight, bias, targets, temperature, chunk, cap, scale, outputs):  # noqa: ANN001, ANN202
+    """TRL's definitions in float64: z = cap tanh(scale l / cap) / T."""
+    raw = hidden.double() @ weight.double().T + (0 if bias is None else bias.double())
+    y = raw * scale
+    if cap is not None:
+        cap = cap or 1.0
+        y = cap * torch.tanh(y / cap)
+    logp = torch.log_softmax(y / temperature, -1)
+    z = y / temperature
+    rows = torch.arange(hidden.shape[0])
+    return (logp[rows, targets], -(logp.exp() * logp).sum(-1), torch.logsumexp(2 * logp, -1),
+            z.mean(-1).detach(), z.argmax(-1) == targets)
+
+
+@pytest.fixture(scope="module")
+def head(tokamax):  # noqa: ANN001, ANN201
+    return importlib.import_module(f"{tokamax.__name__}.integrations.trl.head")
+
+
+@pytest.mark.parametrize("options", [(1.0, 32768, None, 1.0, OUTPUTS), (0.7, 32768, 3.0, 1.5, OUTPUTS),
+                                     (0.9, 4096, 0.0, 0.25, ("entropy",))],
+                         ids=["plain", "cap-scale-temperature", "cap-zero-two-outputs"])
+def test_outputs_and_gradients_equal_trls_function_and_float64(head, options):
+    args = _args(bias=options[2] is not None)
+    got, got_grads = _run(head.chunked_log_probs, args, options)
+    theirs, their_grads = _run(ChunkedLogProbFunction.apply, args, options)
+    want, want_grads = _run(_float64, args, options)
+    for i, name in enumerate(("log_probs", *OUTPUTS)):
+        if name != "log_probs" and name not in options[4]:
+            assert got[i] is None and theirs[i] is None, name
+            continue
+        assert got[i].shape == theirs[i].shape == (ROWS,) and got[i].dtype == theirs[i].dtype, name
+        if name == "is_top1":
+            assert torch.equal(got[i], theirs[i]) and torch.equal(got[i], want[i])
+            continue
+        assert got[i].requires_grad == theirs[i].requires_grad, name
+        torch.testing.assert_close(got[i], theirs[i], rtol=1e-5, atol=2e-5, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(got[i].double(), want[i].detach(), rtol=1e-5, atol=2e-5,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+    names = ("hidden", "weight", "bias")[:len(got_grads)]
+    for name, g, t, w in zip(names, got_grads, their_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, t, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"d{n}: {m}")
+        torch.testing.assert_close(g.double(), w.double(), rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"d{n}: {m}")
+
+
+def _model(tokamax, marked: bool):  # noqa: ANN001, ANN202
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=64)).train()
+    model.set_attn_implementation("sdpa")
+    return tokamax.use_fused_loss(model) if marked else model
+
+
+@pytest.fixture
+def calls(tokamax):  # noqa: ANN001, ANN201
+    dispatch = importlib.import_module(f"{tokamax.__name__}.integrations.trl.dispatch")
+    before = dict(dispatch.calls)
+    yield lambda: {k: v - before[k] for k, v in dispatch.calls.items()}
+
+
+@pytest.mark.kernels_ci
+def test_each_model_gets_the_function_it_asked_for(tokamax, calls):
+    """TRL's patched forward on a marked model runs the kernel; on an unmarked one (the same process, TRL's
+    name already bound to the dispatcher) TRL's own; a deepcopy of a marked model (TRL's reference model)
+    is marked too."""
+    import copy
+
+    ids = torch.randint(2, VOCAB, (2, 9), generator=torch.Generator().manual_seed(1))
+    for marked, want in ((True, {"kernel": 1, "trl": 0}), (False, {"kernel": 1, "trl": 1})):
+        model = _model(tokamax, marked)
+        trl_utils.add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+        out = model(input_ids=ids, labels=ids, fused_lm_head=True)
+        assert out.log_probs.shape == (2, 8) and out.entropy is not None
+        assert calls() == want
+    reference = copy.deepcopy(_model(tokamax, True))
+    trl_utils.add_fused_lm_head(reference, outputs=("log_probs",))
+    with torch.no_grad():
+        reference(input_ids=ids, labels=ids, fused_lm_head=True)
+    assert calls() == {"kernel": 2, "trl": 1}
+    assert isinstance(trl_utils._ChunkedLogProbFunction, importlib.import_module(
+        f"{tokamax.__name__}.integrations.trl.dispatch").Dispatcher)
+
+
+@pytest.mark.kernels_ci
+def test_a_call_the_kernel_cannot_serve_runs_trls_own_and_says_why_once(tokamax, calls):
+    """float16 (no TPU kernel takes it): TRL's function, one warning naming the reason, the same result."""
+    model = _model(tokamax, True).half()
+    trl_utils.add_fused_lm_head(model, outputs=("log_probs",))
+    ids = torch.randint(2, VOCAB, (2, 9), generator=torch.Generator().manual_seed(2))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            model(input_ids=ids, labels=ids, fused_lm_head=True)
+    said = [str(w.message) for w in seen if "tokamax use_fused_loss" in str(w.message)]
+    assert said == ["tokamax use_fused_loss: TRL's fused LM head runs TRL's own function for LlamaForCausalLM: it "
+                    "computes in torch.float16; the kernel takes bfloat16 and float32"], said
+    assert calls() == {"kernel": 0, "trl": 2}
+
+
+@pytest.mark.kernels_ci
+def test_a_trl_of_another_signature_is_left_alone(tokamax, monkeypatch):
+    dispatch = importlib.import_module(f"{tokamax.__name__}.integrations.trl.dispatch")
+
+    class Other(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, hidden, weight, targets):  # noqa: ANN001, ANN205
+            return hidden
+
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Other)
+    with pytest.warns(UserWarning, match=r"_ChunkedLogProbFunction.forward takes \('ctx', 'hidden', 'weight', "
+                                         r"'targets'\), not TRL 1.16's"):
+        assert dispatch.install() is False
+    assert trl_utils._ChunkedLogProbFunction is Other

@@ -1,0 +1,13 @@
+"""TRL's trainers on the kernel (TRL 1.16: SFT, DPO, KTO, GRPO, RLOO): their fused LM head, which
+TRL adds to every model it trains, runs `torch_ops.lm_head_statistics` for a model that
+`tokamax.use_fused_loss(model)` marked, with TRL's own code unchanged.
+
+- `hooks`: forward hooks telling which model a fused forward serves.
+- `dispatch`: what stands where TRL looks up its function, and the fallback to TRL's own.
+- `head`: TRL's contract (nine arguments, five outputs) on the kernel.
+"""
+
+from .dispatch import calls, install
+from .hooks import attach
+
+__all__ = ["attach", "calls", "install"]

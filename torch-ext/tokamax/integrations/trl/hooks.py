@@ -1,0 +1,36 @@
+"""Forward hooks that `tokamax.use_fused_loss(model)` puts on the model, so that TRL's fused LM head
+knows which model it serves: TRL's patched forward runs inside the model's `__call__` (a trainer
+calls `model(..., fused_lm_head=True)`; PEFT's wrapper and DDP call the same model), so a pre-hook
+that sees `fused_lm_head=True` pushes the model on `dispatch.active` (and binds TRL's name, the
+first time), and the post-hook pops it, also when the forward raises. Hooks travel with the model
+(a `copy.deepcopy` for TRL's reference model keeps them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import dispatch
+
+_TOKENS = "_tokamax_trl_tokens"  # per module, one ContextVar token per fused forward still running
+
+
+def _enter(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    if kwargs.get("fused_lm_head"):
+        dispatch.install()
+        module.__dict__.setdefault(_TOKENS, []).append(dispatch.active.set((*dispatch.active.get(), module)))
+
+
+def _leave(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+    if kwargs.get("fused_lm_head") and module.__dict__.get(_TOKENS):
+        dispatch.active.reset(module.__dict__[_TOKENS].pop())
+
+
+def attach(model: torch.nn.Module) -> None:
+    """Registers the two hooks on `model` (once)."""
+    if getattr(model, "_tokamax_trl_hooks", False):
+        return
+    model.register_forward_pre_hook(_enter, with_kwargs=True)
+    model.register_forward_hook(_leave, with_kwargs=True, always_call=True)
+    model._tokamax_trl_hooks = True

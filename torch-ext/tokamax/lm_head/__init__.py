@@ -1,0 +1,19 @@
+"""The LM head's per-row statistics without [tokens, vocabulary] logits, in JAX: Pallas TPU kernels
+of our own beside upstream's linear softmax cross-entropy (which gives a row's log-sum-exp and label
+logit only), for what TRL's trainers and Liger-style losses need: log-probabilities, the entropy,
+log sum p^2, the mean logit and top-1, with a bias, a logit scale, a soft cap and a temperature, and
+their gradients.
+
+- `transform`: `LogitTransform`, the map from raw logits to the softmax's logits.
+- `blocks`: block sizes and what they hold in VMEM.
+- `kernels`: the forward and the two backward Pallas kernels.
+- `stats`: `row_stats` / `row_stats_vjp` at any size (padding), `statistics` (differentiable).
+"""
+
+from .blocks import Blocks
+from .kernels import OUTPUTS
+from .stats import RowStats, coefficients, row_stats, row_stats_vjp, statistics
+from .transform import IDENTITY, LogitTransform
+
+__all__ = ["IDENTITY", "OUTPUTS", "Blocks", "LogitTransform", "RowStats", "coefficients", "row_stats", "row_stats_vjp",
+           "statistics"]

@@ -1,0 +1,219 @@
+"""The Pallas TPU kernels of the LM head's per-row statistics (ours: upstream's linear softmax
+cross-entropy gives a row's log-sum-exp and label logit only). Each grid step computes one
+[rows, vocab] block of the logits z = transform(x @ w.T + b) in float32 from a block of hidden
+states and a block of weight rows; no step keeps more than that block, so the [tokens, vocabulary]
+logits never exist.
+
+- `forward`: grid (row blocks, vocabulary blocks), the vocabulary innermost; per row, online over the
+  vocabulary: the running maximum m, s = sum e^(z-m), sum e^(z-m) z, sum e^(2(z-m)), sum z, the
+  target's logit and the maximum before the target. Out (float32 [rows] each): lse = m + log s, the
+  target logit, E_p[z] (the softmax-weighted mean logit), log sum p^2, sum z, and top-1 (1.0 where
+  the target is the first maximum).
+- `backward_x` and `backward_w`: the gradient block G = d(loss)/d(raw logits) recomputed from the
+  logits, G = (p (a + b z) + c [j = target] + d) dz/dl with per-row coefficients (a, b, c, d) from
+  the outputs' cotangents (`stats.coefficients`), then dx = G @ w (grid rows, vocabulary) and
+  dw = G.T @ x, db = sum G (grid vocabulary, rows): each kernel recomputes the logits once.
+
+Shapes: x [rows, hidden] and w [vocab, hidden] (nn.Linear's layout) of one float dtype, b [1, vocab]
+float32, per-row vectors [rows]; rows a multiple of the row block and vocab of the vocabulary block
+(`stats` pads), `true_vocab` the columns that are real (the rest masked).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from .blocks import Blocks
+from .transform import LogitTransform
+
+OUTPUTS = ("lse", "target_logit", "mean_logit", "log_sum_sq_probs", "sum_logits", "top1")
+
+
+def _params(semantics: tuple[str, ...]) -> pltpu.CompilerParams:
+    vmem = int(0.9 * pltpu.get_tpu_info().vmem_capacity_bytes)
+    return pltpu.CompilerParams(dimension_semantics=semantics, vmem_limit_bytes=vmem)
+
+
+def _logits(x_ref, w_ref, b_ref, transform: LogitTransform) -> tuple[jax.Array, jax.Array]:  # noqa: ANN001
+    """(z, dz/dl) of this step's block, float32 [rows, vocab]."""
+    raw = jax.lax.dot_general(x_ref[...], w_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    return transform(raw + b_ref[...])
+
+
+def _columns(shape: tuple[int, int], block: int, j: jax.Array) -> jax.Array:
+    return jax.lax.broadcasted_iota(jnp.int32, shape, 1) + j * block
+
+
+def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, transform: LogitTransform,
+            blocks: Blocks, true_vocab: int) -> tuple[jax.Array, ...]:
+    """The six per-row outputs (`OUTPUTS`), float32 [rows] each."""
+    rows, hidden = x.shape
+    vocab = w.shape[0]
+    nv = vocab // blocks.vocab
+    masked = true_vocab != vocab
+
+    def kernel(t_ref, x_ref, w_ref, b_ref, lse_ref, zt_ref, mean_ref, lsq_ref, sum_ref, top_ref,  # noqa: ANN001
+               m_s, s_s, xs_s, sq_s, before_s) -> None:  # noqa: ANN001
+        j = pl.program_id(1)
+
+        @pl.when(j == 0)
+        def _init() -> None:
+            for ref in (m_s, before_s):
+                ref[...] = jnp.full_like(ref, -jnp.inf)
+            for ref in (s_s, xs_s, sq_s, zt_ref, sum_ref):
+                ref[...] = jnp.zeros_like(ref)
+
+        z, _ = _logits(x_ref, w_ref, b_ref, transform)
+        col = _columns(z.shape, blocks.vocab, j)
+        target = t_ref[...][:, None]
+        valid = col < true_vocab
+        if masked:
+            z_max = jnp.where(valid, z, -jnp.inf)
+        else:
+            z_max = z
+        m_old = m_s[...]
+        m_new = jnp.maximum(m_old, jnp.max(z_max, axis=1))
+        alpha = jnp.exp(m_old - m_new)
+        e = jnp.exp(z_max - m_new[:, None])
+        ez = jnp.where(valid, e * z, 0.0) if masked else e * z
+        s_s[...] = s_s[...] * alpha + jnp.sum(e, axis=1)
+        xs_s[...] = xs_s[...] * alpha + jnp.sum(ez, axis=1)
+        sq_s[...] = sq_s[...] * (alpha * alpha) + jnp.sum(e * e, axis=1)
+        sum_ref[...] += jnp.sum(jnp.where(valid, z, 0.0) if masked else z, axis=1)
+        zt_ref[...] += jnp.sum(jnp.where(col == target, z, 0.0), axis=1)
+        before_s[...] = jnp.maximum(before_s[...], jnp.max(jnp.where(col < target, z_max, -jnp.inf), axis=1))
+        m_s[...] = m_new
+
+        @pl.when(j == nv - 1)
+        def _finish() -> None:
+            m, s = m_s[...], s_s[...]
+            log_s = jnp.log(s)
+            lse_ref[...] = m + log_s
+            mean_ref[...] = xs_s[...] / s
+            lsq_ref[...] = jnp.log(sq_s[...]) - 2.0 * log_s
+            zt = zt_ref[...]
+            top_ref[...] = ((zt >= m) & (zt > before_s[...])).astype(jnp.float32)
+
+    row = pl.BlockSpec((blocks.rows,), lambda i, j: (i,))
+    vector = jax.ShapeDtypeStruct((rows,), jnp.float32)
+    scratch = [pltpu.VMEM((blocks.rows,), jnp.float32) for _ in range(5)]
+    return pl.pallas_call(
+        kernel,
+        grid=(rows // blocks.rows, nv),
+        in_specs=[row,
+                  pl.BlockSpec((blocks.rows, hidden), lambda i, j: (i, 0)),
+                  pl.BlockSpec((blocks.vocab, hidden), lambda i, j: (j, 0)),
+                  pl.BlockSpec((1, blocks.vocab), lambda i, j: (0, j))],
+        out_specs=[row] * len(OUTPUTS),
+        out_shape=[vector] * len(OUTPUTS),
+        scratch_shapes=scratch,
+        compiler_params=_params(("parallel", "arbitrary")),
+        name=f"tokamax_lm_head_fwd_r{blocks.rows}_v{blocks.vocab}",
+    )(targets, x, w, b)
+
+
+def _gradient_block(x_ref, w_ref, b_ref, t_ref, lse_ref, a_ref, bz_ref, c_ref, d_ref, j,  # noqa: ANN001
+                    *, transform: LogitTransform, block: int, true_vocab: int | None) -> jax.Array:
+    """G = d(loss)/d(raw logits) of this step's block, float32 [rows, vocab]; 0 in the columns past
+    `true_vocab` (None: none are)."""
+    z, dz = _logits(x_ref, w_ref, b_ref, transform)
+    col = _columns(z.shape, block, j)
+    p = jnp.exp(z - lse_ref[...][:, None])
+    g = p * (a_ref[...][:, None] + bz_ref[...][:, None] * z) + d_ref[...][:, None]
+    g = g + jnp.where(col == t_ref[...][:, None], c_ref[...][:, None], 0.0)
+    g = g * dz
+    return g if true_vocab is None else jnp.where(col < true_vocab, g, 0.0)
+
+
+def _row_vectors(blocks: Blocks, index) -> list[pl.BlockSpec]:  # noqa: ANN001
+    return [pl.BlockSpec((blocks.rows,), index) for _ in range(6)]  # targets, lse, a, b, c, d
+
+
+def backward_x(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse: jax.Array, a: jax.Array,
+               bz: jax.Array, c: jax.Array, d: jax.Array, *, transform: LogitTransform, blocks: Blocks,
+               true_vocab: int) -> jax.Array:
+    """dx [rows, hidden] in x's dtype: G @ w, accumulated in float32 over the vocabulary blocks."""
+    rows, hidden = x.shape
+    nv = w.shape[0] // blocks.vocab
+    grad = functools.partial(_gradient_block, transform=transform, block=blocks.vocab,
+                             true_vocab=None if true_vocab == w.shape[0] else true_vocab)
+
+    def kernel(t_ref, lse_ref, a_ref, b_ref_, c_ref, d_ref, x_ref, w_ref, bias_ref, dx_ref, acc):  # noqa: ANN001
+        j = pl.program_id(1)
+
+        @pl.when(j == 0)
+        def _init() -> None:
+            acc[...] = jnp.zeros_like(acc)
+
+        g = grad(x_ref, w_ref, bias_ref, t_ref, lse_ref, a_ref, b_ref_, c_ref, d_ref, j)
+        acc[...] += jax.lax.dot_general(g.astype(w_ref.dtype), w_ref[...], (((1,), (0,)), ((), ())),
+                                        preferred_element_type=jnp.float32)
+
+        @pl.when(j == nv - 1)
+        def _finish() -> None:
+            dx_ref[...] = acc[...].astype(dx_ref.dtype)
+
+    return pl.pallas_call(
+        kernel,
+        grid=(rows // blocks.rows, nv),
+        in_specs=[*_row_vectors(blocks, lambda i, j: (i,)),
+                  pl.BlockSpec((blocks.rows, hidden), lambda i, j: (i, 0)),
+                  pl.BlockSpec((blocks.vocab, hidden), lambda i, j: (j, 0)),
+                  pl.BlockSpec((1, blocks.vocab), lambda i, j: (0, j))],
+        out_specs=pl.BlockSpec((blocks.rows, hidden), lambda i, j: (i, 0)),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        scratch_shapes=[pltpu.VMEM((blocks.rows, hidden), jnp.float32)],
+        compiler_params=_params(("parallel", "arbitrary")),
+        name=f"tokamax_lm_head_dx_r{blocks.rows}_v{blocks.vocab}",
+    )(targets, lse, a, bz, c, d, x, w, b)
+
+
+def backward_w(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse: jax.Array, a: jax.Array,
+               bz: jax.Array, c: jax.Array, d: jax.Array, *, transform: LogitTransform, blocks: Blocks,
+               true_vocab: int) -> tuple[jax.Array, jax.Array]:
+    """(dw [vocab, hidden] in w's dtype, db float32 [1, vocab]): G.T @ x and G's column sums,
+    accumulated in float32 over the row blocks."""
+    rows, hidden = x.shape
+    vocab = w.shape[0]
+    nr = rows // blocks.rows
+    grad = functools.partial(_gradient_block, transform=transform, block=blocks.vocab,
+                             true_vocab=None if true_vocab == w.shape[0] else true_vocab)
+
+    def kernel(t_ref, lse_ref, a_ref, b_ref_, c_ref, d_ref, x_ref, w_ref, bias_ref, dw_ref, db_ref,  # noqa: ANN001
+               acc, bias_acc) -> None:  # noqa: ANN001
+        j, i = pl.program_id(0), pl.program_id(1)
+
+        @pl.when(i == 0)
+        def _init() -> None:
+            acc[...] = jnp.zeros_like(acc)
+            bias_acc[...] = jnp.zeros_like(bias_acc)
+
+        g = grad(x_ref, w_ref, bias_ref, t_ref, lse_ref, a_ref, b_ref_, c_ref, d_ref, j)
+        acc[...] += jax.lax.dot_general(g.astype(x_ref.dtype), x_ref[...], (((0,), (0,)), ((), ())),
+                                        preferred_element_type=jnp.float32)
+        bias_acc[...] += jnp.sum(g, axis=0, keepdims=True)
+
+        @pl.when(i == nr - 1)
+        def _finish() -> None:
+            dw_ref[...] = acc[...].astype(dw_ref.dtype)
+            db_ref[...] = bias_acc[...]
+
+    return pl.pallas_call(
+        kernel,
+        grid=(vocab // blocks.vocab, nr),
+        in_specs=[*_row_vectors(blocks, lambda j, i: (i,)),
+                  pl.BlockSpec((blocks.rows, hidden), lambda j, i: (i, 0)),
+                  pl.BlockSpec((blocks.vocab, hidden), lambda j, i: (j, 0)),
+                  pl.BlockSpec((1, blocks.vocab), lambda j, i: (0, j))],
+        out_specs=[pl.BlockSpec((blocks.vocab, hidden), lambda j, i: (j, 0)),
+                   pl.BlockSpec((1, blocks.vocab), lambda j, i: (0, j))],
+        out_shape=[jax.ShapeDtypeStruct(w.shape, w.dtype), jax.ShapeDtypeStruct((1, vocab), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM((blocks.vocab, hidden), jnp.float32), pltpu.VMEM((1, blocks.vocab), jnp.float32)],
+        compiler_params=_params(("parallel", "arbitrary")),
+        name=f"tokamax_lm_head_dw_r{blocks.rows}_v{blocks.vocab}",
+    )(targets, lse, a, bz, c, d, x, w, b)

@@ -1,0 +1,131 @@
+"""The LM head's per-row statistics at any size, in JAX: padding around the kernels, the cotangents
+turned into the backward kernels' per-row coefficients, and a differentiable call for JAX users.
+
+Per row r of x [rows, hidden], against w [vocab, hidden] (and a bias [vocab]), with
+z = transform(x @ w.T + b) and p = softmax(z):
+
+- lse = log sum_j e^z_j; target_logit = z[target]; mean_logit = E_p[z] = sum_j p_j z_j (so the
+  entropy is lse - mean_logit); log_sum_sq_probs = log sum_j p_j^2; sum_logits = sum_j z_j (the mean
+  logit over the vocabulary is sum_logits / vocab); top1 = 1.0 where the target is the first maximum
+  of z (else 0.0).
+- Differentiable in lse, target_logit, mean_logit and sum_logits (what log-probabilities, the
+  entropy, z-loss and label smoothing are made of); log_sum_sq_probs and top1 are not.
+
+Padding: rows to the row block (zero rows, target 0, dropped after), the vocabulary to the lanes
+(zero weight rows, masked in the kernels); the weight is not copied when the vocabulary is a
+multiple of 128.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.pallas import tpu as pltpu
+
+from . import kernels
+from .blocks import LANES, Blocks, choose, round_up
+from .transform import IDENTITY, LogitTransform
+
+
+class RowStats(NamedTuple):
+    """float32 [rows] each (see the module docstring)."""
+
+    lse: jax.Array
+    target_logit: jax.Array
+    mean_logit: jax.Array
+    log_sum_sq_probs: jax.Array
+    sum_logits: jax.Array
+    top1: jax.Array
+
+
+def blocks_for(x: jax.Array, w: jax.Array) -> Blocks:
+    """The kernels' blocks for these operands on the chip being traced for."""
+    return choose(x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize,
+                  pltpu.get_tpu_info().vmem_capacity_bytes)
+
+
+def _check(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array) -> None:
+    if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"tokamax lm_head: x must be [rows, hidden] and w [vocab, hidden], got {x.shape} and "
+                         f"{w.shape}")
+    if x.dtype != w.dtype or x.dtype not in (jnp.bfloat16, jnp.float32):
+        raise TypeError(f"tokamax lm_head: x and w must share a dtype, bfloat16 or float32; got {x.dtype} and "
+                        f"{w.dtype}")
+    if targets.shape != (x.shape[0],):
+        raise ValueError(f"tokamax lm_head: targets must be [rows] ({x.shape[0]}), got {targets.shape}")
+    if b is not None and b.shape != (w.shape[0],):
+        raise ValueError(f"tokamax lm_head: the bias must be [vocab] ({w.shape[0]}), got {b.shape}")
+
+
+def _padded(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, blocks: Blocks
+            ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    rows, vocab = x.shape[0], w.shape[0]
+    extra_rows, extra_vocab = round_up(rows, blocks.rows) - rows, round_up(vocab, LANES) - vocab
+    bias = jnp.zeros((vocab,), jnp.float32) if b is None else b.astype(jnp.float32)
+    return (jnp.pad(x, ((0, extra_rows), (0, 0))), jnp.pad(w, ((0, extra_vocab), (0, 0))),
+            jnp.pad(bias, (0, extra_vocab))[None], jnp.pad(targets.astype(jnp.int32), (0, extra_rows)))
+
+
+def row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
+              transform: LogitTransform = IDENTITY) -> RowStats:
+    """The statistics of every row; `targets` int [rows] in [0, vocab)."""
+    _check(x, w, b, targets)
+    blocks = blocks_for(x, w)
+    xp, wp, bp, tp = _padded(x, w, b, targets, blocks)
+    out = kernels.forward(xp, wp, bp, tp, transform=transform, blocks=blocks, true_vocab=w.shape[0])
+    return RowStats(*(o[:x.shape[0]] for o in out))
+
+
+def coefficients(stats: RowStats, d_lse: jax.Array, d_target: jax.Array, d_mean: jax.Array, d_sum: jax.Array
+                 ) -> tuple[jax.Array, ...]:
+    """The backward kernels' per-row (a, b, c, d), with d(loss)/dz_j = p_j (a + b z_j) + c [j = target] + d,
+    from the cotangents of lse, target_logit, mean_logit and sum_logits: d lse/dz_j = p_j,
+    d mean_logit/dz_j = p_j (1 + z_j - mean_logit)."""
+    a = d_lse + d_mean * (1.0 - stats.mean_logit)
+    return a, d_mean, d_target, d_sum
+
+
+def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, lse: jax.Array,
+                  mean_logit: jax.Array, d_lse: jax.Array, d_target: jax.Array, d_mean: jax.Array,
+                  d_sum: jax.Array, transform: LogitTransform = IDENTITY
+                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(dx, dw in their dtypes, db float32 [vocab]) from the forward's lse and mean_logit and the
+    cotangents (float32 [rows] each) of lse, target_logit, mean_logit and sum_logits."""
+    _check(x, w, b, targets)
+    blocks = blocks_for(x, w)
+    rows, vocab = x.shape[0], w.shape[0]
+    xp, wp, bp, tp = _padded(x, w, b, targets, blocks)
+    partial = RowStats(lse, None, mean_logit, None, None, None)
+    coeffs = coefficients(partial, *(g.astype(jnp.float32) for g in (d_lse, d_target, d_mean, d_sum)))
+    extra = xp.shape[0] - rows
+    row_in = [jnp.pad(v.astype(jnp.float32), (0, extra)) for v in (lse, *coeffs)]  # padded rows: 0 cotangents
+    options = dict(transform=transform, blocks=blocks, true_vocab=vocab)
+    dx = kernels.backward_x(xp, wp, bp, tp, *row_in, **options)
+    dw, db = kernels.backward_w(xp, wp, bp, tp, *row_in, **options)
+    return dx[:rows], dw[:vocab], db[0, :vocab]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def statistics(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array,
+               transform: LogitTransform = IDENTITY) -> RowStats:
+    """`row_stats`, differentiable in x, w and b (b float32 [vocab]; zeros for a head without one)."""
+    return row_stats(x, w, b, targets, transform)
+
+
+def _statistics_fwd(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array,
+                    transform: LogitTransform) -> tuple[RowStats, tuple]:
+    stats = row_stats(x, w, b, targets, transform)
+    return stats, (x, w, b, targets, stats.lse, stats.mean_logit)
+
+
+def _statistics_bwd(transform: LogitTransform, residuals: tuple, cotangents: RowStats) -> tuple:
+    x, w, b, targets, lse, mean = residuals
+    dx, dw, db = row_stats_vjp(x, w, b, targets, lse, mean, cotangents.lse, cotangents.target_logit,
+                               cotangents.mean_logit, cotangents.sum_logits, transform)
+    return dx, dw, db.astype(b.dtype), None
+
+
+statistics.defvjp(_statistics_fwd, _statistics_bwd)

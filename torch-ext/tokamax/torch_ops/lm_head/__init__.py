@@ -1,0 +1,14 @@
+"""Per-row statistics of an LM head's logits on Torch tensors (our kernels, `tokamax.lm_head`):
+log-sum-exp, target logit, softmax-weighted mean logit (entropy), log sum p^2, sum of logits and
+top-1, with a bias, logit scale, soft cap and temperature, differentiable in the hidden states, the
+weight and the bias; never the [rows, vocab] logits. What TRL's fused LM head and the fused loss's
+options (soft caps, z-loss, label smoothing) run on.
+
+- `api`: `lm_head_statistics` and its result, `LMHeadStatistics`.
+- `custom_ops`: the forward and backward custom ops.
+"""
+
+from .api import LMHeadStatistics, lm_head_statistics
+from .custom_ops import lm_head_stats_bwd_op, lm_head_stats_op
+
+__all__ = ["LMHeadStatistics", "lm_head_statistics", "lm_head_stats_bwd_op", "lm_head_stats_op"]

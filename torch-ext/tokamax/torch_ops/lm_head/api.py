@@ -1,0 +1,65 @@
+"""`lm_head_statistics`, what users call: argument checks, the logit transform from a model's or a
+trainer's numbers, and the statistics by name."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ... import lm_head
+from .. import _checks
+from .custom_ops import OP, lm_head_stats_op
+
+
+class LMHeadStatistics(NamedTuple):
+    """Per row (float32 [rows] each), of the logits z = transform(hidden @ weight.T + bias):
+    `lse` log sum e^z; `target_logit` z[target]; `mean_logit` E_p[z] (the entropy is lse - mean_logit);
+    `log_sum_sq_probs` log sum p^2; `sum_logits` sum z; `top1` 1.0 where the target is z's first maximum.
+    Differentiable: lse, target_logit, mean_logit, sum_logits."""
+
+    lse: torch.Tensor
+    target_logit: torch.Tensor
+    mean_logit: torch.Tensor
+    log_sum_sq_probs: torch.Tensor
+    sum_logits: torch.Tensor
+    top1: torch.Tensor
+
+    @property
+    def log_probs(self) -> torch.Tensor:
+        return self.target_logit - self.lse
+
+    @property
+    def entropy(self) -> torch.Tensor:
+        return self.lse - self.mean_logit
+
+
+def lm_head_statistics(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+                       *, logit_scale: float = 1.0, soft_cap: float | None = None,
+                       temperature: float = 1.0) -> LMHeadStatistics:
+    """Per-row statistics of an LM head's logits without forming them (`tokamax.lm_head`'s kernels),
+    differentiable in hidden, weight and bias.
+
+    hidden [rows, hidden] and weight [vocab, hidden] (nn.Linear's layout) of one dtype, bf16 or f32;
+    bias [vocab] or None; targets int [rows] in [0, vocab). The logits are the raw ones times
+    `logit_scale`, then `soft_cap * tanh(. / soft_cap)` if `soft_cap`, then divided by `temperature`
+    (TRL's order). Needs no particular jax; CPU tensors run in interpret mode (slow).
+    """
+    _checks.tensors(OP, ("bias",), hidden=hidden, weight=weight, bias=bias, targets=targets)
+    _checks.floats(OP, hidden=hidden, weight=weight)
+    _checks.rank(OP, "hidden", hidden, (2,), "[rows, hidden]")
+    _checks.rank(OP, "weight", weight, (2,), "[vocab, hidden]")
+    _checks.same(OP, "the hidden sizes", hidden=hidden.shape[1], weight=weight.shape[1])
+    _checks.dtype(OP, "targets", targets, (torch.int32, torch.int64))
+    _checks.shape(OP, "targets", targets, (hidden.shape[0],), "[rows]")
+    if bias is not None:
+        _checks.shape(OP, "bias", bias, (weight.shape[0],), "[vocab]")
+        if not bias.is_floating_point():
+            raise TypeError(f"tokamax {OP}: bias must be a floating-point tensor, got {bias.dtype}")
+    try:
+        transform = lm_head.LogitTransform.of(scale=logit_scale, soft_cap=soft_cap, temperature=temperature)
+    except ValueError as e:
+        raise ValueError(str(e).replace("tokamax lm_head", f"tokamax {OP}")) from None
+    out = lm_head_stats_op(hidden.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(),
+                           targets.to(torch.int32).contiguous(), transform.pre, transform.tanh, transform.post)
+    return LMHeadStatistics(*out)
