@@ -140,6 +140,7 @@ def attention(pythons: dict[str, str]) -> dict:
     return {"window_module": {"ours": _probe_json(pythons["jax-tier"], "window_module_size.py", "ours", str(VARIANT)),
                               "upstream": _probe_json(pythons["upstream"], "window_module_size.py", "upstream")},
             "decode_reads": _probe_json(pythons["jax-tier"], "decode_reads.py", str(VARIANT)),
+            "ring": _probe_json(pythons["jax-tier"], "ring_host_cost.py", str(VARIANT)),
             "generate": _probe_json(pythons["torch-tier"], "generate_exports.py", str(VARIANT), torch_tier=True),
             "fused_loss": _probe_json(pythons["torch-tier"], "fused_loss_memory.py", str(VARIANT), torch_tier=True),
             "trl_head": _probe_json(pythons["torch-tier"], "trl_head_memory.py", str(VARIANT), torch_tier=True),
@@ -219,6 +220,25 @@ def table(results: dict) -> str:
         rows.append((f"decode step, 4096-slot static cache, {name}: KV slots read", reads,
                      f"dense: {layer['dense'] / 1e3:.1f}k; {layer['dense_repeated'] / 1e3:.0f}k with K/V repeated per "
                      "q head (transformers' sdpa with a cache mask)"))
+    ring_cost = att["ring"]
+    for tokens, sides in ring_cost["ours"].items():
+        theirs = ring_cost["upstream"][tokens]
+        if theirs.get("not_built"):
+            gib = theirs["dense_mask_bytes"] / 2**30
+            against = f"upstream's dense-mask ring: not built (its mask alone {gib:.0f} GiB)"
+        else:
+            against = f"upstream's dense-mask ring: {theirs['seconds']:.1f} s, {theirs['peak_mib']:.0f} MiB"
+        for name, cost in sides.items():
+            what = f"causal ring for {ring_cost['chips']} chips, {int(tokens) // 1024}k tokens, {name}: lower fwd + bwd"
+            rows.append((what,
+                         f"{cost['seconds']:.1f} s, {cost['peak_mib']:.0f} MiB",
+                         f"modules {cost['module_bytes'][0] / 1e3:.0f} / {cost['module_bytes'][1] / 1e3:.0f} kB; "
+                         + (against if name == "plain" else "")))
+        busy = ring_cost["busiest_step"][tokens]
+        rows.append((f"causal ring, {int(tokens) // 1024}k tokens: the busiest chip's non-empty KV blocks per step",
+                     f"{busy['balanced']['max']} load-balanced",
+                     f"{busy['plain']['max']} plain (1024-token blocks; every step waits on it); summed over the steps "
+                     f"{sum(busy['plain']['per_step'])} vs {sum(busy['balanced']['per_step'])}"))
     gen = att["generate"]
     for cache in ("static", "dynamic"):
         exports = ", ".join(f"{op} {n}" for op, n in gen[cache].items())

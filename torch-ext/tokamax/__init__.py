@@ -54,8 +54,9 @@ KERNEL_MODULES = (
 # (splash/), the linear softmax cross-entropy at any size (lm_loss/), the LM head's per-row statistics on
 # kernels of our own (lm_head/: entropy, soft caps, temperatures, for TRL's head and the loss options),
 # autotuning result files applied to JAX calls and Torch ops (tuning/), and the Torch ops (torch_ops/,
-# which needs torch and torch-tpu).
-HELPER_MODULES = ("emulation", "integrations", "layers", "lm_head", "lm_loss", "ops", "splash", "torch_ops",
+# which needs torch and torch-tpu), and ring attention over long sequences with a lazy, optionally load-balanced
+# causal mask (ring/).
+HELPER_MODULES = ("emulation", "integrations", "layers", "lm_head", "lm_loss", "ops", "ring", "splash", "torch_ops",
                   "tuning")
 
 # transformers' entry points (need torch, torch-tpu and transformers): the attention function that

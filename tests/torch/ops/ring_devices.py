@@ -32,6 +32,11 @@ CASES = {
     "dp2-ring4-full-mqa": ((2, 4), ("dp", "sp"), dict(causal=False, batch_axis="dp", mqa=True), 2, 2, 0, False, False),
     # multi-query K/V whole on both head shards: each shard's dK/dV is a partial sum over its heads
     "tp2-ring4-causal-mqa": ((2, 4), ("tp", "sp"), dict(causal=True, head_axis="tp", mqa=True), 1, 2, 0, False, True),
+    # the head-tail layout: each chip's queries and keys in two chunks, documents crossing chips
+    "ring8-balanced-causal-gqa-segments": ((8,), ("sp",), dict(causal=True, load_balanced=True), 1, 2, 1, True, True),
+    "ring4-balanced-window-mqa": ((4,), ("sp",), dict(causal=True, load_balanced=True, window=(300, 0), mqa=True),
+                                  1, 2, 0, False, True),
+    "ring4-window": ((4,), ("sp",), dict(causal=True, window=(200, 0)), 1, 2, 1, True, True),
 }
 
 
@@ -47,13 +52,14 @@ def _inputs(batch: int, heads: int, kv_heads: int, seq: int, segmented: bool, se
     return [*arrays, ids, r.standard_normal((batch, heads, seq, DIM), np.float32)]
 
 
-def _reference(q, k, v, ids, dout, causal: bool) -> dict[str, np.ndarray]:  # noqa: ANN001
-    """Float64 attention over the whole sequence: out, logsumexp, dq, dk, dv."""
+def _reference(q, k, v, ids, dout, causal: bool, window: tuple | None = None) -> dict[str, np.ndarray]:  # noqa: ANN001
+    """Float64 attention over the whole sequence (in its own order): out, logsumexp, dq, dk, dv."""
     seq = q.shape[2]
     tq, tk, tv = (torch.from_numpy(x).double().requires_grad_() for x in (q, k, v))
     kk, vv = (tk[:, None], tv[:, None]) if k.ndim == 3 else (tk, tv)
     ids_t = None if ids is None else torch.from_numpy(ids)
-    allowed = reference.allowed(torch.arange(seq).expand(q.shape[0], seq), seq, kind="causal" if causal else "full",
+    kind = "local" if window is not None else "causal" if causal else "full"
+    allowed = reference.allowed(torch.arange(seq).expand(q.shape[0], seq), seq, kind=kind, window=window,
                                 q_ids=ids_t, kv_ids=ids_t)
     out = reference.attention(tq, kk, vv, allowed)
     (out * torch.from_numpy(dout).double()).sum().backward()
@@ -80,16 +86,32 @@ def main() -> int:
     tokamax = kernels.get_kernel("kernels-community/tokamax", version=1)
     for check in CHECKS:
         shape, names, options, batch, heads, kv_heads, segmented, backward = CASES[check]
-        mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")).reshape(shape), names)
+        mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:int(np.prod(shape))]).reshape(shape), names)
         ring = tokamax.torch_ops.ring_attention_ops(mesh, **options)
-        q, k, v, ids, dout = _inputs(batch, heads, kv_heads, LOCAL * mesh.shape["sp"], segmented, len(check))
+        balanced = options.get("load_balanced", False)
+        size = mesh.shape["sp"]
+        # in the head-tail layout each chip's two chunks are a block each
+        q, k, v, ids, dout = _inputs(batch, heads, kv_heads, LOCAL * size * (2 if balanced else 1), segmented,
+                                     len(check))
+
+        def seq_axis(x):  # noqa: ANN001, ANN202 - ids [b, s], lse [b, h, s], MQA k/v [b, s, d], the rest [b, h, s, d]
+            return 1 if x.ndim == 2 else 2 if x.ndim == 4 else 1 if x.shape[-1] == DIM else 2
+
+        def move(x, back=False, balanced=balanced, size=size):  # noqa: ANN001, ANN202 - into the ring's layout
+            if x is None or not balanced:
+                return x
+            fn = tokamax.ring.from_ring_layout if back else tokamax.ring.to_ring_layout
+            return fn(np.asarray(x), size, axis=seq_axis(np.asarray(x)))
+
         with tokamax.emulation.interpret_on_cpu("v6e"):
-            out, lse = jax.jit(ring.forward_fn)(q, k, v, ids)
-            got = {"out": out, "lse": lse}
+            args = [move(x) for x in (q, k, v, ids)]
+            out, lse = jax.jit(ring.forward_fn)(*args)
+            got = {"out": move(out, True), "lse": move(lse, True)}
             if backward:
-                grads = jax.jit(ring.backward_fn)(q, k, v, ids, out, lse, dout)
-                got.update(zip(("dq", "dk", "dv"), grads, strict=True))
-        want = {name: x for name, x in _reference(q, k, v, ids, dout, options["causal"]).items() if name in got}
+                grads = jax.jit(ring.backward_fn)(*args, out, lse, move(dout))
+                got.update(zip(("dq", "dk", "dv"), (move(g, True) for g in grads), strict=True))
+        want = {name: x for name, x in _reference(q, k, v, ids, dout, options["causal"], options.get("window")).items()
+                if name in got}
         host_devices.report(check, devices=len(jax.devices("cpu")), errors=_errors(got, want))
     return 0
 

@@ -82,6 +82,7 @@ _EXPORTS = {
     "8-chips-causal-gqa-segments": ((8,), ("sp",), dict(causal=True), 1, 4, 2, True),
     "8-chips-dp2-sp4-full-mqa": ((2, 4), ("dp", "sp"), dict(causal=False, batch_axis="dp", mqa=True), 1, 2, 0, False),
     "8-chips-tp2-sp4-causal": ((2, 4), ("tp", "sp"), dict(causal=True, head_axis="tp"), 1, 2, 2, False),
+    "8-chips-causal-load-balanced": ((8,), ("sp",), dict(causal=True, load_balanced=True), 1, 4, 2, True),
 }
 
 
@@ -130,8 +131,9 @@ def _torch_tpu_export(op, args: list) -> tuple[str, list[tuple]]:  # noqa: ANN00
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("case", list(_EXPORTS))
 def test_torch_tpu_export_for_a_mesh_and_local_fakes(ops, tokamax, case):
-    """Forward and backward: one Mosaic kernel per ring step (the K/V shard it holds), the module
-    partitioned over the whole mesh, and this rank's output sizes from the export equal to the fakes'."""
+    """Forward and backward: one Mosaic kernel per ring step and contiguous KV run (the K/V shard it
+    holds; two runs a shard in the head-tail layout), the module partitioned over the whole mesh, and
+    this rank's output sizes from the export equal to the fakes'."""
     shape, names, options, batch, heads, kv_heads, segmented = _EXPORTS[case]
     mesh = _tpu_mesh(shape, names)
     ring = ops.ring_attention_ops(mesh, **options)
@@ -140,7 +142,8 @@ def test_torch_tpu_export_for_a_mesh_and_local_fakes(ops, tokamax, case):
     rows = checks.meta(*q.shape[:-1])
     for op, args in ((ring.forward, [q, k, v, ids]), (ring.backward, [q, k, v, ids, q, rows, q])):
         text, local = _torch_tpu_export(op, args)
-        assert _kernel_launches(text) == mesh.shape["sp"], f"{op}: one kernel per ring step"
+        runs = 2 if options.get("load_balanced") else 1
+        assert _kernel_launches(text) == runs * mesh.shape["sp"], f"{op}: one kernel per ring step and KV run"
         assert f"mhlo.num_partitions = {mesh.size} : i32" in text
         with FakeTensorMode(allow_non_fake_inputs=True) as mode:
             fakes = op(*[a if a is None else mode.from_tensor(a) for a in args])
@@ -214,6 +217,16 @@ _BAD_CALLS = [
     (lambda o: o.ring_attention(*(torch.zeros(1, 2, 128, 128) for _ in range(3)), mesh=_tpu_mesh((2, 4), ("dp", "sp")),
                                 batch_axis="sp"),
      ValueError, "axis_name, batch_axis and head_axis must be different axes"),
+    (lambda o: o.ring_attention(_q(1, 2, 128, 128), _q(1, 2, 128, 128), _q(1, 2, 128, 128), mesh=_ONE,
+                                load_balanced=True),
+     ValueError, "this rank's sequence shard (q's local_len 128) must be its two head-tail chunks each a multiple "
+                 "of 128"),
+    (lambda o: o.ring_attention(_q(1, 2, 256, 128), _q(1, 2, 256, 128), _q(1, 2, 256, 128), mesh=_ONE,
+                                causal=False, load_balanced=True),
+     ValueError, "load_balanced reorders a causal (or windowed) ring; a full mask is balanced as it is"),
+    (lambda o: o.ring_attention(_q(1, 2, 128, 128), _q(1, 2, 128, 128), _q(1, 2, 128, 128), mesh=_ONE,
+                                window=(None, None)),
+     ValueError, "window must be (left, right), each an int >= 0 or None and not both None, got (None, None)"),
 ]
 
 
@@ -239,14 +252,18 @@ def test_cpu_tensors_refuse_a_ring_of_several_chips(ops):
 # (more when other jobs share the two cores).
 STALL_S = 300
 # ring_devices.CASES -> what each reports (the dp x sp case forward only, to keep the run short)
-DEVICE_CHECKS = {"ring8-causal-gqa-segments": {"out", "lse", "dq", "dk", "dv"}, "dp2-ring4-full-mqa": {"out", "lse"},
-                 "tp2-ring4-causal-mqa": {"out", "lse", "dq", "dk", "dv"}}
+_ALL = {"out", "lse", "dq", "dk", "dv"}
+DEVICE_CHECKS = {"ring8-causal-gqa-segments": _ALL, "dp2-ring4-full-mqa": {"out", "lse"},
+                 "tp2-ring4-causal-mqa": _ALL, "ring8-balanced-causal-gqa-segments": _ALL,
+                 "ring4-balanced-window-mqa": _ALL, "ring4-window": _ALL}
 
 
 def test_exported_functions_on_8_host_devices_match_float64_attention(tokamax):
-    """Over a ring of 8 (causal, GQA, documents cut across shards: out, logsumexp, dq, dk, dv), a dp=2 x
-    sp=4 mesh (full, MQA, the batch sharded: out, logsumexp) and a tp=2 x sp=4 mesh (causal, MQA, the heads
-    sharded: dK and dV summed over the head shards) as float64 attention on the whole sequence."""
+    """Over a ring of 8 (causal, GQA, documents cut across shards: out, logsumexp, dq, dk, dv), the same
+    load-balanced (head-tail: the sequence laid out by `to_ring_layout`, the outputs put back), a ring of 4
+    with a window (plain and load-balanced, MQA), a dp=2 x sp=4 mesh (full, MQA, the batch sharded: out,
+    logsumexp) and a tp=2 x sp=4 mesh (causal, MQA, the heads sharded: dK and dV summed over the head
+    shards) as float64 attention on the whole sequence."""
     results = host_devices.run(sys.executable, REPO / "tests/torch/ops/ring_devices.py", list(DEVICE_CHECKS),
                                stall_s=STALL_S, env={"LOCAL_KERNELS": f"kernels-community/tokamax={VARIANT}"})
     for check, result in results.items():
@@ -255,3 +272,22 @@ def test_exported_functions_on_8_host_devices_match_float64_attention(tokamax):
         for name, err in result["errors"].items():
             assert err["excess"] <= 0, (f"{check} {name}: max |diff| {err['max_abs']:.3g} over the tolerance "
                                         f"(reference max {err['max_ref']:.3g})")
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("load_balanced", [True, False])
+def test_ring_layout_helpers_put_a_sequence_in_and_back(ops, load_balanced):
+    """Rank r's shard of the laid-out sequence holds chunks r and 2N - 1 - r (head-tail) or slice r;
+    `from_ring_layout` gives the original order back, on any dim."""
+    tokens = torch.arange(2 * 3 * 48).reshape(2, 3, 48)
+    laid = ops.to_ring_layout(tokens, 3, dim=2, load_balanced=load_balanced)
+    shards = laid.chunk(3, dim=2)
+    if load_balanced:  # chunks of 8: rank 1 holds chunks 1 and 4
+        assert shards[1][0, 0].tolist() == list(range(8, 16)) + list(range(32, 40))
+    else:
+        assert shards[1][0, 0].tolist() == list(range(16, 32))
+    assert torch.equal(ops.from_ring_layout(laid, 3, dim=2, load_balanced=load_balanced), tokens)
+    assert torch.equal(ops.from_ring_layout(ops.to_ring_layout(tokens, 3, dim=-1), 3, dim=-1), tokens)
+    with pytest.raises(ValueError, match="tokamax ring: a sequence of 48 tokens does not split into 2 x ring_size "
+                                         "chunks"):
+        ops.to_ring_layout(tokens, 5, dim=2)

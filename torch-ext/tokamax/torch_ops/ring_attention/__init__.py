@@ -1,15 +1,18 @@
 """Ring attention on Torch tensors: sequence parallel attention across the chips of a torch-tpu job,
-each rank holding a shard of the sequence, upstream's ring kernel passing the K/V shards round the
-mesh (one splash kernel call per ring step, for the whole batch), forward and backward.
+each rank holding a shard of the sequence, the K/V shards passed round the mesh with their positions
+(upstream's splash kernels for each ring step, one call per contiguous KV run, for the whole batch),
+forward and backward; a lazy causal (or windowed, or full) mask, and optionally the load-balanced
+head-tail layout.
 
-Upstream has no Torch op (nor a public Op) for it; this runs its kernel-level ring call
-(`make_ring_attention` in a `jax.shard_map`), as its own ring test does.
+Upstream has no Torch op (nor a public Op) for it, and its ring takes only a dense mask; this runs
+`tokamax.ring` (our scan over upstream's per-call kernels) in a `jax.shard_map`.
 
-- `api`: `ring_attention`, what users call; `ring_attention_ops`, the ops made ahead of torch.compile.
+- `api`: `ring_attention`, what users call; `ring_attention_ops`, the ops made ahead of torch.compile;
+  `to_ring_layout` / `from_ring_layout`, a sequence into the ring's layout and back.
 - `custom_ops`: the forward/backward ops per mesh and options (torch-tpu's meshed `jax_op`).
-- `sharded`: the JAX functions those ops export, each holding its `shard_map`.
+- the JAX functions those ops export: `tokamax.ring.sharded`.
 """
 
-from .api import ring_attention, ring_attention_ops
+from .api import from_ring_layout, ring_attention, ring_attention_ops, to_ring_layout
 
-__all__ = ["ring_attention", "ring_attention_ops"]
+__all__ = ["from_ring_layout", "ring_attention", "ring_attention_ops", "to_ring_layout"]

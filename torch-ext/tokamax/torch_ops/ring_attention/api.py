@@ -7,8 +7,9 @@ from __future__ import annotations
 import jax
 import torch
 
+from ...ring import layout as ring_layout
+from ...ring import sharded
 from .. import _checks
-from . import sharded
 from .custom_ops import OP, RingOps, ops_for
 
 
@@ -18,7 +19,8 @@ def _world_size() -> int:
 
 
 def _layout(mesh: jax.sharding.Mesh, axis_name: str, batch_axis: str | None, head_axis: str | None, mqa: bool,
-            causal: bool) -> sharded.Layout:
+            causal: bool, load_balanced: bool = False, window: tuple[int | None, int | None] | None = None
+            ) -> sharded.Layout:
     """The mesh's layout, checked: a Mesh, each named axis in it once, every axis of it named."""
     if not isinstance(mesh, jax.sharding.Mesh):
         raise TypeError(f"tokamax {OP}: mesh must be a jax.sharding.Mesh (on a TPU host: "
@@ -36,17 +38,27 @@ def _layout(mesh: jax.sharding.Mesh, axis_name: str, batch_axis: str | None, hea
         raise ValueError(f"tokamax {OP}: the mesh's axes {unused} shard nothing; every rank holds a different "
                          "shard, so name each axis of more than one chip as axis_name (the sequence), batch_axis "
                          "or head_axis")
-    return sharded.Layout(mesh, axis_name, batch_axis, head_axis, mqa, bool(causal))
+    if window is not None:
+        if not isinstance(window, tuple) or len(window) != 2 or not any(w is not None for w in window) or any(
+                w is not None and (not isinstance(w, int) or w < 0) for w in window):
+            raise ValueError(f"tokamax {OP}: window must be (left, right), each an int >= 0 or None and not both "
+                             f"None, got {window!r}")
+    if load_balanced and not causal and window is None:
+        raise ValueError(f"tokamax {OP}: load_balanced reorders a causal (or windowed) ring; a full mask is balanced "
+                         "as it is: leave load_balanced off")
+    return sharded.Layout(mesh, axis_name, batch_axis, head_axis, mqa, bool(causal), bool(load_balanced), window)
 
 
 def ring_attention_ops(mesh: jax.sharding.Mesh, *, axis_name: str = "sp", causal: bool = True, mqa: bool = False,
-                       batch_axis: str | None = None, head_axis: str | None = None) -> RingOps:
+                       batch_axis: str | None = None, head_axis: str | None = None, load_balanced: bool = False,
+                       window: tuple[int | None, int | None] | None = None) -> RingOps:
     """The forward and backward custom ops `ring_attention` runs for this mesh and these options (`mqa`:
     k and v without a head axis), made now: call it before `torch.compile`, which cannot register ops."""
-    return ops_for(_layout(mesh, axis_name, batch_axis, head_axis, mqa, causal))
+    return ops_for(_layout(mesh, axis_name, batch_axis, head_axis, mqa, causal, load_balanced, window))
 
 
-def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segment_ids: torch.Tensor | None) -> bool:
+def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segment_ids: torch.Tensor | None,
+                   load_balanced: bool = False) -> bool:
     """q, k, v (and the segment ids) agree; returns whether k and v are multi-query."""
     _checks.tensors(OP, ("segment_ids",), q=q, k=k, v=v, segment_ids=segment_ids)
     _checks.floats(OP, q=q, k=k, v=v)
@@ -65,9 +77,11 @@ def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segment_id
         raise ValueError(f"tokamax {OP}: q's {heads} heads must be a multiple of k's {kv_heads}")
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"tokamax {OP}: head_dim differs: q {q.shape[-1]}, k {k.shape[-1]}")
-    if q.shape[2] % sharded.BLOCK:
-        raise ValueError(f"tokamax {OP}: this rank's sequence shard (q's local_len {q.shape[2]}) must be a multiple "
-                         f"of {sharded.BLOCK}, the ring kernel's block; pad the sequence (segment ids mask padding)")
+    unit = sharded.BLOCK * (2 if load_balanced else 1)
+    if q.shape[2] % unit:
+        what = "its two head-tail chunks each a multiple of" if load_balanced else "a multiple of"
+        raise ValueError(f"tokamax {OP}: this rank's sequence shard (q's local_len {q.shape[2]}) must be {what} "
+                         f"{sharded.BLOCK}, the kernel's smallest block; pad the sequence (segment ids mask padding)")
     if segment_ids is not None:
         _checks.dtype(OP, "segment_ids", segment_ids, (torch.int32,))
         _checks.shape(OP, "segment_ids", segment_ids, (q.shape[0], q.shape[2]), "[batch, local_len]")
@@ -76,21 +90,27 @@ def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segment_id
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mesh: jax.sharding.Mesh,
                    axis_name: str = "sp", causal: bool = True, segment_ids: torch.Tensor | None = None,
-                   batch_axis: str | None = None, head_axis: str | None = None) -> torch.Tensor:
-    """Ring attention (upstream's ring kernel, sequence parallel), softmax(q k^T, masked) v, no scaling.
+                   batch_axis: str | None = None, head_axis: str | None = None, load_balanced: bool = False,
+                   window: tuple[int | None, int | None] | None = None) -> torch.Tensor:
+    """Ring attention (sequence parallel; upstream's splash kernels per ring step, `tokamax.ring`),
+    softmax(q k^T, masked) v, no scaling.
 
     Each rank passes its shard of the sequence: q [batch, heads, local_len, head_dim], k, v [batch,
-    kv_heads, local_len, head_dim] (kv_heads dividing heads) or [batch, local_len, head_dim] (multi-query),
-    rank r holding positions [r * local_len, (r + 1) * local_len) of `axis_name` (local_len a multiple of
-    128); K/V shards travel round the ring, and each rank gets its queries' output [batch, heads,
-    local_len, head_dim]. `mesh` spans every rank (torch-tpu's `get_pallas_mesh`); its other axes shard
-    the batch (`batch_axis`) or the heads (`head_axis`). Causal over the whole sequence (default) or full;
-    `segment_ids` (int32 [batch, local_len], this rank's shard) keep attention within equal ids.
-    Differentiable in q, k and v (upstream's ring backward). The ops are made per mesh and options on
-    first use: make them before `torch.compile` with `ring_attention_ops`.
+    kv_heads, local_len, head_dim] (kv_heads dividing heads) or [batch, local_len, head_dim] (multi-query);
+    K/V shards travel round the ring (with their positions), and each rank gets its queries' output
+    [batch, heads, local_len, head_dim]. Rank r holds positions [r * local_len, (r + 1) * local_len) of
+    `axis_name` (local_len a multiple of 128), or, with `load_balanced`, the head-tail layout: chunks r and
+    2 N - 1 - r of local_len / 2 tokens (each a multiple of 128), so that every rank computes the same
+    number of causal blocks at every step; `to_ring_layout` / `from_ring_layout` put a whole sequence
+    into that layout and outputs back. `mesh` spans every rank (torch-tpu's `get_pallas_mesh`); its other
+    axes shard the batch (`batch_axis`) or the heads (`head_axis`). Causal over the whole sequence
+    (default) or full, or a local `window` (left, right) of positions; `segment_ids` (int32 [batch,
+    local_len], this rank's shard) keep attention within equal ids. No mask array is built, for any
+    length. Differentiable in q, k and v. The ops are made per mesh and options on first use: make them
+    before `torch.compile` with `ring_attention_ops`.
     """
-    mqa = _check_tensors(q, k, v, segment_ids)
-    layout = _layout(mesh, axis_name, batch_axis, head_axis, mqa, causal)
+    mqa = _check_tensors(q, k, v, segment_ids, load_balanced)
+    layout = _layout(mesh, axis_name, batch_axis, head_axis, mqa, causal, load_balanced, window)
     world = _world_size()
     if mesh.size != world:
         raise ValueError(f"tokamax {OP}: the mesh holds {mesh.size} chips but the job's world size is {world}; "
@@ -103,3 +123,18 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mesh: j
     ids = None if segment_ids is None else segment_ids.contiguous()
     out, _ = ops.forward(q.contiguous(), k.contiguous(), v.contiguous(), ids)
     return out
+
+
+def to_ring_layout(x: torch.Tensor, ring_size: int, dim: int = -1, load_balanced: bool = True) -> torch.Tensor:
+    """A whole sequence (tokens, position ids, shifted labels, segment ids, q/k/v, ...) along `dim`, laid
+    out for a ring of `ring_size` ranks (`load_balanced`: head-tail; else as it is); rank r's shard is then
+    `.chunk(ring_size, dim)[r]`. Shift labels before: a mean or sum loss over the laid-out tokens is the
+    same loss."""
+    order = ring_layout.order(x.shape[dim], ring_size, load_balanced)
+    return x.index_select(dim, torch.as_tensor(order, device=x.device))
+
+
+def from_ring_layout(x: torch.Tensor, ring_size: int, dim: int = -1, load_balanced: bool = True) -> torch.Tensor:
+    """The inverse of `to_ring_layout` (outputs gathered from the ranks, back in sequence order)."""
+    inverse = ring_layout.inverse(x.shape[dim], ring_size, load_balanced)
+    return x.index_select(dim, torch.as_tensor(inverse, device=x.device))

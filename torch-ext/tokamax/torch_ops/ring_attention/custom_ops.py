@@ -22,8 +22,8 @@ import jax
 import numpy as np
 import torch
 
+from ...ring import sharded
 from .._bridge import register
-from . import sharded
 
 OP = "ring_attention"
 
