@@ -144,6 +144,7 @@ def attention(pythons: dict[str, str]) -> dict:
             "generate": _probe_json(pythons["torch-tier"], "generate_exports.py", str(VARIANT), torch_tier=True),
             "fused_loss": _probe_json(pythons["torch-tier"], "fused_loss_memory.py", str(VARIANT), torch_tier=True),
             "trl_head": _probe_json(pythons["torch-tier"], "trl_head_memory.py", str(VARIANT), torch_tier=True),
+            "tuning": _probe_json(pythons["torch-tier"], "tuning_costs.py", str(VARIANT), torch_tier=True),
             "paged_serving": _probe_json(pythons["torch-tier"], "paged_serving.py", str(VARIANT), torch_tier=True)}
 
 
@@ -258,6 +259,12 @@ def table(results: dict) -> str:
         rows.append((f"TRL's fused LM head, one training step: peak activation bytes / ops dispatched, {label}",
                      f"{head[name]['peak_bytes'] / 2**30:.2f} GiB / {head[name]['ops']}",
                      f"{size}; largest {head[name]['largest_shape']}; most {head[name]['most']}"))
+    costs = att["tuning"]
+    rows.append(("tuning.tune: recording, per op call / binding a recorded call's Ops",
+                 f"+{costs['recording_adds_us']:.1f} us / {costs['bind_ms']:.0f} ms",
+                 f"{costs['call_us']:.1f} us per call without (gmm, meta tensors); one trace per distinct signature"))
+    rows.append((f"a result file at an op's first call: read it whole / enter it ({costs['file_bytes']} bytes)",
+                 f"{costs['load_ms']:.2f} ms / {costs['applied_ms']:.2f} ms", "once per file / once per export"))
     serving = att["paged_serving"]
     for name, layer in serving["reads"].items():
         fills = [label for label in layer if "mixed" not in label]

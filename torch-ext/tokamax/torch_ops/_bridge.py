@@ -26,6 +26,7 @@ from torch.tpu.pallas import jax_op  # torch-tpu; `import torch` loads it
 
 from .. import emulation, ops
 from .._ops import add_op_namespace_prefix
+from . import _tuned
 
 # Where the Mosaic kernel refuses a ragged dot, upstream falls back to XLA's; torch-tpu's compiler
 # does not take XLA's ragged-dot instruction, so (as upstream's Torch ops do) JAX expands it instead.
@@ -65,6 +66,8 @@ def register(name: str, jax_fn: Callable[..., Any], *, no_cpu: str | None = None
              output_partition_specs: tuple | None = None) -> Any:
     """The custom op `name` in this build's namespace, made from the annotated JAX function.
 
+    Unless the function names its own `autotuning` argument, or the op is meshed, the op takes the
+    applied autotuning result (`_tuned`: a trailing static token, appended at each call).
     CPU tensors run it in interpret mode (as the chip its `chip_for_tracing` pins, default
     `emulation.cpu_chip()`), or run `cpu_fn` instead (same arguments and outputs: e.g. upstream's
     pure-JAX reference where JAX's interpreter cannot run the kernel), unless `no_cpu` says why
@@ -75,6 +78,11 @@ def register(name: str, jax_fn: Callable[..., Any], *, no_cpu: str | None = None
     """
     distributed = {} if mesh is None else dict(mesh=mesh, input_partition_specs=input_partition_specs,
                                                output_partition_specs=output_partition_specs)
+    names_token = _tuned.takes_token(jax_fn)
+    tuned = mesh is None and not names_token  # the autotuning token appended (`_tuned`)
+    if tuned:
+        jax_fn = _tuned.with_token(name, jax_fn, chip_for_tracing)
+        cpu_fn = None if cpu_fn is None else _tuned.with_token(name, cpu_fn, chip_for_tracing)
     op = jax_op(add_op_namespace_prefix(name), jax_fn, donate_argnums=donate_argnums, **distributed)
     if no_cpu is None:
         cpu = jax_fn if cpu_fn is None else cpu_fn
@@ -84,7 +92,9 @@ def register(name: str, jax_fn: Callable[..., Any], *, no_cpu: str | None = None
             raise NotImplementedError(f"tokamax {name} runs on TPU only: JAX's Pallas TPU interpreter cannot "
                                       f"run it on CPU ({no_cpu}); lower it for TPU instead")
         op.register_kernel("cpu", refuse)
-    return op
+    if mesh is not None:
+        return op
+    return _tuned.TunedOp(op, name, jax_fn, appends=tuned)
 
 
 # torch-tpu's names for the attached chip (`torch.tpu.get_device_name()`) -> emulation's chips.

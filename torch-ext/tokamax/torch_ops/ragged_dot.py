@@ -19,7 +19,7 @@ import torch
 
 from .. import ops, tuning
 from .._ported import gmm_v2 as _gmm_v2
-from . import _checks, _sharding
+from . import _checks, _sharding, _tuned
 from ._bridge import chip_for_tracing, register
 
 __all__ = ["gmm", "gmm_bwd_op", "gmm_op", "gmm_v2", "gmm_v2_op", "ragged_dot", "tgmm", "tgmm_op", "tgmm_v2",
@@ -122,13 +122,7 @@ gmm_op.register_autograd(_gmm_backward, setup_context=_gmm_setup)
 
 
 # ---- What users call ---------------------------------------------------------------------------
-@torch.compiler.assume_constant_result
-def _tuning_token() -> str:
-    """The applied autotuning result's token (`tokamax.tuning.token`). torch.compile takes it as a
-    constant of the compiled graph: the result applied when a function is compiled stays with it."""
-    return tuning.token()
-
-
+_tuning_token = _tuned.current_token  # these ops name their token themselves (it predates `_tuned`)
 
 def _check_gmm(op: str, lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, transpose_rhs: bool
                ) -> None:

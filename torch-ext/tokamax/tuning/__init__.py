@@ -12,12 +12,19 @@ is how a result file reaches the calls that should use it, read whole or not at 
 - the environment variable `TOKAMAX_AUTOTUNING_RESULT=/path/result.json` applies a file to every
   Torch op call that no `use` block covers.
 
-A result tuned on one chip is refused where a call runs on another, naming both.
+A result tuned on one chip is refused where a call runs on another, naming both; a file of another
+tokamax release is refused whole.
+
+- `tuning.tune(step, out=path)`: runs `step()` once, records every tokamax op call, autotunes each with
+  upstream's machinery on this chip and writes one result file (`tune`; `record` and `tune_recording`
+  for a TPU VM, where torch-tpu holds the chip while the step runs).
 """
 
 from __future__ import annotations
 
 from .active import ENVIRONMENT_VARIABLE, Applied, applied, current, token, use
 from .files import AutotuningFileError, load
+from .tune import Recording, Tuned, record, tune, tune_recording
 
-__all__ = ["ENVIRONMENT_VARIABLE", "Applied", "AutotuningFileError", "applied", "current", "load", "token", "use"]
+__all__ = ["ENVIRONMENT_VARIABLE", "Applied", "AutotuningFileError", "Recording", "Tuned", "applied", "current", "load",
+           "record", "token", "tune", "tune_recording", "use"]

@@ -150,5 +150,20 @@ def applied(token: str, what: str) -> Iterator[None]:
         raise AutotuningFileError(f"tokamax {what}: no autotuning result with token {token!r} was loaded in this "
                                   f"process (apply it with tokamax.tuning.use or {ENVIRONMENT_VARIABLE})")
     _check_chip(found, what)
-    with _entered(found):
+    with _on_the_emulated_chip(), _entered(found):
+        yield
+
+
+@contextlib.contextmanager
+def _on_the_emulated_chip() -> Iterator[None]:
+    """On a CPU host tracing for an emulated chip (CPU tensors in interpret mode) with no mesh set, the
+    chip's abstract mesh, so that upstream's Op looks the result up under that chip's device kind (it
+    reads the kind from the arguments' devices, else the abstract mesh: JAX's CPU would match no entry)."""
+    import jax
+
+    chip = emulation.current_chip()
+    if chip is None or jax.default_backend() == "tpu" or not jax.sharding.get_abstract_mesh().empty:
+        yield
+        return
+    with jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)):
         yield

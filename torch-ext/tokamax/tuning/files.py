@@ -1,7 +1,8 @@
 """Autotuning result files (`AutotuningResult.dumps` text, ours or upstream's), read whole.
 
 Each entry is read with upstream's own reader for it; the first one that fails stops the load with
-an `AutotuningFileError` naming the file, the entry and its op, so a result is never applied in part.
+an `AutotuningFileError` naming the file, the entry and its op, so a result is never applied in part;
+a file another tokamax release wrote is refused whole.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import importlib
 import json
 from pathlib import Path
 from typing import Any
+
+from .. import TOKAMAX_VERSION
 
 _API = ".._ported._src.autotuning.api"  # upstream's, in this kernel's ported tree
 _FIELDS = {"device_kind", "data", "tokamax_version"}
@@ -44,7 +47,9 @@ def parse(text: str | bytes, source: str) -> Any:
     if not isinstance(raw["device_kind"], str) or not isinstance(raw["data"], list):
         raise AutotuningFileError(f"tokamax autotuning result {source}: device_kind must be a string and data a list")
     version = raw.get("tokamax_version", "")
-    written_by = f"; the file was written by tokamax {version}, this build holds 0.0.17" if version != "0.0.17" else ""
+    if version and version != TOKAMAX_VERSION:  # its configs and keys are another release's: refused whole
+        raise AutotuningFileError(f"tokamax autotuning result {source}: the file was written by tokamax {version}, "
+                                  f"this build holds {TOKAMAX_VERSION}; tune again with this build")
     entries = []
     for i, entry in enumerate(raw["data"]):
         if not isinstance(entry, list) or len(entry) != 2:
@@ -54,7 +59,7 @@ def parse(text: str | bytes, source: str) -> Any:
             entries.append(api._validate_bound_args_autotuning_data(entry))
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise AutotuningFileError(f"tokamax autotuning result {source}, entry {i} (op {_op_name(entry)}): "
-                                      f"{e}{written_by}") from e
+                                      f"{e}") from e
     return api.AutotuningResult(raw["device_kind"], tuple(entries), *([version] if version else []))
 
 

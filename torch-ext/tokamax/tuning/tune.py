@@ -1,0 +1,254 @@
+"""`tokamax.tuning.tune(step)`: autotune every tokamax op a step runs, in one call.
+
+1. Record: run `step()` (a training step, a `generate()`, a `generate_batch`: anything that calls
+   tokamax's Torch ops) once; every op call is recorded once per distinct signature, forward and
+   backward, from any thread (`torch_ops._tuned.recording`). Its own cost: one dictionary probe
+   per call, and the step itself.
+2. Bind: trace each recorded call's JAX function, as it would be exported, without a result, and
+   collect the bound arguments of every upstream Op whose config it asks for (upstream's
+   `get_bound_args` reads the Ops' HLO payloads and misses the calls that pick a config without
+   one, such as splash's); a shape seen twice is tuned once.
+3. Tune: each with upstream's machinery (`BoundArguments.autotune`), on the chip the step runs on:
+   JAX's TPU, or on a host without one the emulated chip in Pallas interpret mode (the timings then
+   mean nothing; the machinery runs). An Op with one candidate only, or none, is listed as skipped,
+   and so is a call that no upstream Op serves (this kernel's own LM-head kernels, the raw gmm_v2).
+4. Write: one `AutotuningResult` file, which `tuning.use(path)` or `TOKAMAX_AUTOTUNING_RESULT=path`
+   then applies to the same model's calls.
+
+On a TPU VM the chip belongs to torch-tpu while the step runs, and upstream's machinery times
+candidates with JAX: `record(step)` saves the calls (`Recording.save`), and `tune_recording(path)`
+tunes them in a process where JAX holds the chip. A CPU host does it all in one call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from .. import emulation
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A recorded call not tuned, and why."""
+
+    op: str
+    reason: str
+
+
+@dataclasses.dataclass
+class Tuned:
+    """What `tune` did: the result (an `AutotuningResult`), the file it wrote, the entries per op,
+    what it skipped, the chip."""
+
+    result: Any
+    path: Path | None
+    entries: dict[str, int]
+    skipped: list[Skipped]
+    device_kind: str
+    calls: int
+
+
+@dataclasses.dataclass
+class Recording:
+    """The distinct op calls a step made (`torch_ops._tuned.Call`s)."""
+
+    calls: list[Any]
+
+    def save(self, path: str | Path) -> Path:
+        """The calls as JSON (op names and argument shapes), for `tune_recording` in another process."""
+        def arg(a: Any) -> Any:
+            if hasattr(a, "shape"):
+                return {"shape": list(a.shape), "dtype": str(a.dtype)}
+            return {"static": a}
+
+        data = [{"op": c.op, "args": [arg(a) for a in c.args]} for c in self.calls]
+        path = Path(path)
+        path.write_text(json.dumps({"tokamax_recording": 1, "calls": data}, indent=1))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Recording:
+        """A saved recording, its calls bound again to this process's ops (needs torch_ops)."""
+        import jax
+        import jax.numpy as jnp
+
+        raw = json.loads(Path(path).read_text())
+        functions = _jax_functions()
+        calls = []
+        for entry in raw["calls"]:
+            if entry["op"] not in functions:
+                raise ValueError(f"tokamax tuning: recording {path} names op {entry['op']!r}, which this build lacks")
+            args = tuple(jax.ShapeDtypeStruct(tuple(a["shape"]), jnp.dtype(a["dtype"])) if "shape" in a
+                         else a["static"] for a in entry["args"])
+            calls.append(_call_type()(entry["op"], functions[entry["op"]], args))
+        return cls(calls)
+
+
+def _tuned_module() -> Any:
+    return importlib.import_module("..torch_ops._tuned", __package__)
+
+
+def _call_type() -> Any:
+    return _tuned_module().Call
+
+
+def _jax_functions() -> dict[str, Callable[..., Any]]:
+    """Every registered op's JAX function, by op name."""
+    torch_ops = importlib.import_module("..torch_ops", __package__)
+    found = {}
+    for family in torch_ops.families.values():
+        for name in dir(family):
+            op = getattr(family, name)
+            if isinstance(op, _tuned_module().TunedOp):
+                found[op._name] = op._jax_fn
+    return found
+
+
+def record(step: Callable[[], Any]) -> Recording:
+    """Runs `step()` once and returns the distinct tokamax op calls it made."""
+    with _tuned_module().recording() as calls:
+        step()
+    return Recording(list(calls.values()))
+
+
+def _ops() -> Any:
+    return importlib.import_module("..ops", __package__)
+
+
+def _op_lib() -> Any:
+    return importlib.import_module(".._ported._src.ops.op", __package__)
+
+
+def _chip_context(chip: str, interpret: bool = True) -> Any:
+    """Tracing and timing for `chip`: its abstract mesh, cross-compiling, and on a host without a TPU
+    Pallas interpret mode as that chip (`interpret` False: the chip emulated for lowering only)."""
+    import contextlib
+
+    import jax
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(_ops().config.cross_compile(True))
+    if jax.default_backend() != "tpu":
+        stack.enter_context(emulation.interpret_on_cpu(chip) if interpret else emulation.emulated_chip(chip))
+    stack.enter_context(jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)))
+    return stack
+
+
+def bound_arguments(call: Any, chip: str) -> list[Any]:
+    """The bound arguments of every upstream Op whose config `call` asks for when traced for `chip`."""
+    import jax
+
+    op_lib = _op_lib()
+    seen: list[Any] = []
+    prop = op_lib.BoundArguments.default_config
+
+    def recorded(self: Any) -> Any:
+        seen.append(self)
+        return prop.fget(self)
+
+    op_lib.BoundArguments.default_config = property(recorded)
+    statics = tuple(i for i, a in enumerate(call.args) if not hasattr(a, "shape") and a is not None)
+    try:
+        with _chip_context(chip):  # a function of its own: JAX's tracing cache would skip an earlier call's trace
+            jax.jit(lambda *args: call.jax_fn(*args), static_argnums=statics).trace(*call.args)
+    finally:
+        op_lib.BoundArguments.default_config = prop
+    adapter = op_lib.BOUND_ARGS_ADAPTER
+    out = []
+    for ba in seen:  # as upstream writes them into the HLO: no config, no VJP, abstract arrays
+        plain = op_lib.BoundArguments(ba.op.replace(config=None, vjp=None), op_lib._abstractify(dict(ba.arguments)))
+        out.append(adapter.validate_json(adapter.dump_json(plain)))
+    return out
+
+
+def _candidates(ba: Any, limit: int | None) -> set[Any]:
+    configs = ba.autotuning_configs
+    if limit is None or len(configs) <= limit:
+        return configs
+    heuristic = ba.heuristics_config
+    others = sorted((c for c in configs if c != heuristic), key=repr)
+    return {heuristic, *others[:limit - 1]}
+
+
+def tune_recording(recording: Recording | str | Path, *, out: str | Path | None = None, chip: str | None = None,
+                   max_configs: int | None = None, progress_bar: bool = True) -> Tuned:
+    """Autotunes the calls of `recording` (or of a saved one) on `chip` (default: JAX's TPU, else the CPU
+    host's emulated chip, `emulation.cpu_chip()`), each with at most `max_configs` candidates (all by
+    default; the heuristic's always among them), and writes the result to `out` if given."""
+    if not isinstance(recording, Recording):
+        recording = Recording.load(recording)
+    chip = chip or _chip_of_this_host()
+    api = importlib.import_module(".._ported._src.autotuning.api", __package__)
+    device_kind = emulation.CHIPS[chip][0]
+    skipped: list[Skipped] = []
+    pending: dict[tuple, tuple[str, Any]] = {}
+    for call in recording.calls:
+        pinned = getattr(call.jax_fn, "pinned_chip", None)
+        if pinned is not None and pinned != chip:
+            skipped.append(Skipped(call.op, f"upstream runs it on {pinned} only; this is tuning for {chip}"))
+            continue
+        found = bound_arguments(call, chip)
+        if not found:
+            skipped.append(Skipped(call.op, "no upstream Op picks a config for it (this kernel's own kernels, or a "
+                                            "raw kernel call)"))
+        for ba in found:
+            key = (type(ba.op).__name__, ba.autotuning_cache_key)
+            if key in pending:
+                continue
+            with _chip_context(chip):
+                configs = ba.autotuning_configs
+            if len(configs) <= 1:
+                skipped.append(Skipped(call.op, f"{type(ba.op).__name__} has no autotuning configs beyond its "
+                                                "heuristic"))
+                continue
+            pending[key] = (call.op, ba)
+    data, entries = [], {}
+    items: Iterable[Any] = pending.values()
+    if progress_bar:  # upstream's bar (tqdm where installed, else none)
+        progress = importlib.import_module(".._ported._src.autotuning.progress", __package__)
+        items = progress.bar(list(items), desc="tokamax tuning", unit=" op calls")
+    for op, ba in items:
+        with _chip_context(chip):
+            tuned = ba.autotune(_candidates(ba, max_configs), cache_results=False)
+        failures = [v for v in tuned.values() if isinstance(v, BaseException)]
+        if len(failures) == len(tuned):  # the kernel refuses these shapes (upstream then falls back to XLA)
+            skipped.append(Skipped(op, f"{type(ba.op).__name__}: every candidate failed ({failures[0]})"))
+            continue
+        data.append((ba, tuned))
+        entries[op] = entries.get(op, 0) + 1
+    result = api.AutotuningResult(device_kind, tuple(data))
+    path = None
+    if out is not None:
+        path = Path(out)
+        path.write_text(result.dumps(prune_errors=True))
+    return Tuned(result, path, entries, skipped, device_kind, len(recording.calls))
+
+
+def _chip_of_this_host() -> str:
+    import jax
+
+    if jax.default_backend() == "tpu":
+        kind = jax.devices()[0].device_kind
+        for chip, (name, _) in emulation.CHIPS.items():
+            if name == kind:
+                return chip
+        raise ValueError(f"tokamax tuning: JAX runs on {kind!r}, which none of tokamax's chips names")
+    attached = importlib.import_module("..torch_ops._bridge", __package__).attached_chip()
+    if attached is not None:
+        raise RuntimeError(
+            f"tokamax tuning: torch-tpu holds this host's TPU ({attached}) and upstream's autotuning times "
+            "candidates with JAX, which sees none: save the calls with tokamax.tuning.record(step).save(path), "
+            "then run tokamax.tuning.tune_recording(path, out=...) in a process where torch-tpu does not start "
+            "(TORCH_DEVICE_BACKEND_AUTOLOAD=0), so that JAX holds the chip")
+    return emulation.cpu_chip()
+
+
+def tune(step: Callable[[], Any], *, out: str | Path | None = None, chip: str | None = None,
+         max_configs: int | None = None, progress_bar: bool = True) -> Tuned:
+    """Records `step()` (`record`), then tunes its calls (`tune_recording`) and writes the result to `out`."""
+    return tune_recording(record(step), out=out, chip=chip, max_configs=max_configs, progress_bar=progress_bar)
