@@ -1,6 +1,7 @@
 """All benchmarks in one run, side by side: load, footprint, port, bridge, config choice, autotuning
 machinery, attention
-(window masks' module size, decode reads, generate() exports, continuous batching's reads and exports), test tiers.
+(window masks' module size, long-context lowering, decode reads, generate() exports, continuous batching's reads and
+exports), test tiers.
 
     ./bench.sh [--runs 9] [--json build/benchmarks.json]
 
@@ -136,9 +137,12 @@ def _probe_json(python: str, probe: str, *args: str, torch_tier: bool = False) -
 
 def attention(pythons: dict[str, str]) -> dict:
     """Counted, not timed: the lowered module of a window-128 splash call (ours against upstream's
-    public call), KV slots a decode step reads, the exports and kernel calls of generate()."""
+    public call), KV slots a decode step reads, the exports and kernel calls of generate(); and timed:
+    lowering a causal splash call at long context (ours against upstream's public call)."""
     return {"window_module": {"ours": _probe_json(pythons["jax-tier"], "window_module_size.py", "ours", str(VARIANT)),
                               "upstream": _probe_json(pythons["upstream"], "window_module_size.py", "upstream")},
+            "long_context": _probe_json(pythons["jax-tier"], "long_context_lowering.py", str(VARIANT),
+                                        pythons["upstream"]),
             "decode_reads": _probe_json(pythons["jax-tier"], "decode_reads.py", str(VARIANT)),
             "ring": _probe_json(pythons["jax-tier"], "ring_host_cost.py", str(VARIANT)),
             "generate": _probe_json(pythons["torch-tier"], "generate_exports.py", str(VARIANT), torch_tier=True),
@@ -163,6 +167,30 @@ def test_tiers() -> dict:
         out[report.stem] = {"seconds": float(suite.get("time")), "tests": int(suite.get("tests")),
                             "when": suite.get("timestamp")}
     return out
+
+
+def long_context_rows(long_context: dict) -> list[tuple[str, str, str]]:
+    """Table rows of the long-context probe: lowering a causal call, ours against upstream's public call."""
+    def cost(r: dict) -> str:
+        return (f"peak RSS +{r['peak_rss_growth_bytes'] / 2**20:.0f} MiB, modules "
+                f"{sum(m['bytes'] for m in r['modules'].values()) / 1e6:.2f} MB")
+
+    rows = []
+    for length, ours in long_context["ours"].items():
+        theirs = long_context["upstream"].get(length)
+        label = f"causal splash at {length} tokens: lowering forward + backward (v6e, 8/2 heads of 128, bf16)"
+        if "refused" in ours:
+            built = ours["schedule"]
+            value = f"refused in {ours['seconds']:.2f} s"
+            note = (f"SMEM: {built['entries']:,} entries, {built['smem_bytes']:,} B > "
+                    f"{built['smem_budget_bytes']:,} B; the schedules built unchecked: "
+                    f"{built['seconds'] * 1e3:.0f} ms, {built['array_bytes'] / 2**20:.1f} MiB")
+        else:
+            value, note = f"{ours['seconds']:.2f} s", cost(ours)
+        note += ("; upstream's public call not run (its mask processing takes minutes)" if theirs is None
+                 else f"; upstream's public call {theirs['seconds']:.2f} s, {cost(theirs)}")
+        rows.append((label, value, note))
+    return rows
 
 
 def table(results: dict) -> str:
@@ -216,6 +244,7 @@ def table(results: dict) -> str:
                      f"{ours['bytes'] / 1e3:.0f} kB",
                      f"{theirs['bytes'] / 1e6:.1f} MB ({theirs['bytes'] / ours['bytes']:.0f}x); "
                      f"lowering {ours['lower_s']:.2f} vs {theirs['lower_s']:.2f} s"))
+    rows += long_context_rows(att["long_context"])
     for name, layer in att["decode_reads"].items():
         reads = ", ".join(f"{n / 1e3:.1f}k at {fill}" for fill, n in layer["tokamax"].items())
         rows.append((f"decode step, 4096-slot static cache, {name}: KV slots read", reads,

@@ -12,7 +12,10 @@ from .normalise import normalise
 
 
 def lower_public_raw(case: PublicCase, api: Any, emulation: ModuleType) -> str:
-    """StableHLO of `case` on its chip (upstream's `cross_compile` on, chip emulated)."""
+    """StableHLO of `case` on its chip (upstream's `cross_compile` on, chip emulated), from an empty
+    splash mask cache on `api`'s side: upstream's `_process_mask` is an lru_cache whose hits hand out an
+    earlier call's arrays, and JAX folds trace constants by identity (tests/jax/splash/test_determinism.py)."""
+    api.module("_src.ops.experimental.tpu.splash_attention.splash_attention_mask_info")._process_mask.cache_clear()
     with api.config.cross_compile(True), emulation.emulated_chip(case.chip):
         with jax.sharding.use_abstract_mesh(emulation.tpu_mesh(case.chip)):
             fn = case.build(api)

@@ -1,6 +1,8 @@
 """Lowering a sharded case for a TPU chip on this CPU host, on either side: the whole sharded program
 under an abstract mesh of the case's shape of that chip, and what one chip runs (the op on one
-shard's shapes) under a one-chip mesh, as tests/jax/public lowers the unsharded public calls."""
+shard's shapes) under a one-chip mesh, as tests/jax/public lowers the unsharded public calls. Each starts
+from an empty splash mask cache on its side (`clear_mask_cache`), so no lowering depends on the ones
+before it."""
 
 from __future__ import annotations
 
@@ -9,7 +11,14 @@ from typing import Any
 
 import jax
 
-from .cases import ShardedCase, program
+from .cases import SPLASH, ShardedCase, program
+
+
+def clear_mask_cache(api: Any) -> None:
+    """Empties upstream's splash mask-processing cache (`_process_mask`, an lru_cache) on `api`'s side, so
+    that a lowering does not depend on what was lowered before it: a cache hit hands out an earlier call's
+    arrays, and JAX folds trace constants by object identity (tests/jax/splash/test_determinism.py)."""
+    api.module(f"{SPLASH}.splash_attention_mask_info")._process_mask.cache_clear()
 
 
 def abstract_mesh(case: ShardedCase, emulation: ModuleType, chip: str) -> jax.sharding.AbstractMesh:
@@ -21,6 +30,7 @@ def abstract_mesh(case: ShardedCase, emulation: ModuleType, chip: str) -> jax.sh
 
 def lower_sharded(case: ShardedCase, api: Any, emulation: ModuleType, chip: str) -> str:
     """StableHLO of the sharded program (forward, and backward where it has gradients) on the mesh."""
+    clear_mask_cache(api)
     with api.config.cross_compile(True), emulation.emulated_chip(chip), \
             jax.sharding.use_abstract_mesh(abstract_mesh(case, emulation, chip)):
         fn = program(case.sharded(api, jax.sharding.get_abstract_mesh()), case.grads)
@@ -29,6 +39,7 @@ def lower_sharded(case: ShardedCase, api: Any, emulation: ModuleType, chip: str)
 
 def lower_per_chip(case: ShardedCase, api: Any, emulation: ModuleType, chip: str) -> str:
     """StableHLO of what one chip runs, alone on one chip, at its shard's shapes."""
+    clear_mask_cache(api)
     with api.config.cross_compile(True), emulation.emulated_chip(chip), \
             jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)):
         fn = program(case.shard(api), case.grads)

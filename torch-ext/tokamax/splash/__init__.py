@@ -12,7 +12,9 @@ backward pass are upstream's own.
 - `masks`: a call's mask (causal, full or a local window) as upstream's lazy mask objects, and the
   block schedule of a mask at a run-time offset.
 - `padding`: padding a call to the kernel's lengths, segment ids that mask the padding.
-- `fixed_offset`: `attend` / `attend_vjp`, differentiable through upstream's VJP Op.
+- `schedule`: the block schedule (upstream's `MaskInfo`) at a fixed offset, from the blocks' positions
+  (no O(q_len x kv_len) host work), and the SMEM bound every call is checked against.
+- `fixed_offset`: `attend` / `attend_vjp`: upstream's kernel and backward, differentiable.
 - `run_time_offset`: `attend_at` (forward only) and `kv_slots_read`, the KV slots a call reads.
 """
 

@@ -1,6 +1,13 @@
-"""Batched splash attention at a mask offset fixed when tracing: upstream's Mosaic splash Op and its
-VJP Op (`_fwd`, as upstream's custom VJP runs them) with upstream's lazy mask and their own config
-choice, one kernel call (`jax.vmap`) for the whole batch, any length (`padding`).
+"""Batched splash attention at a mask offset fixed when tracing: upstream's splash kernel, forward and
+backward, with upstream's Mosaic splash Op's and VJP Op's config choice and the steps their `_fwd`
+take, one kernel call (`jax.vmap`) for the whole batch, any length (`padding`).
+
+The block schedule comes from `schedule` (built from the blocks' positions, O(blocks + entries) host
+work, bit-identical to what upstream's `_process_mask` makes of the lazy mask; checked against the
+chip's SMEM first), and the kernel is upstream's `SplashAttentionKernel` built from it as upstream's
+`make_splash_mha` builds it; the backward runs upstream's `_splash_attention_bwd` on the residuals,
+as upstream's VJP Op does. Nothing of upstream's is patched: its public ops run upstream's own mask
+processing unchanged.
 
 Shapes: q [batch, heads, q_len, head_dim]; k, v [batch, kv_heads, kv_len, head_dim] (kv_heads
 dividing heads: grouped-query attention) or [batch, kv_len, head_dim] (multi-query); segment ids
@@ -11,14 +18,43 @@ is upstream's kernel-level call exactly (`tests/jax/splash` compares the whole m
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import _upstream, padding
 from .lengths import padded
 from .masks import MaskSpec
+from .schedule import Schedule
+
+
+def _splash_config(config: Any, soft_cap: float | None, **blocks: Any) -> Any:
+    """Upstream's SplashConfig from an Op's config, as its Ops' `_fwd` build it."""
+    return dataclasses.replace(_upstream.kernel().SplashConfig.get_default(), attn_logits_soft_cap=soft_cap,
+                               dropout_rate=0.0, **blocks, **dataclasses.asdict(config))
+
+
+def _check_diagonal_skip(splash_config: Any, spec: MaskSpec, offset: int) -> None:
+    """The diagonal skips assume every key past a query's position is masked, on block-aligned diagonals:
+    a causal mask at an offset that is a multiple of the block (upstream checks the mask is causal)."""
+    if not (splash_config.qk_diag_skip or splash_config.sv_diag_skip):
+        return
+    if spec.kind != "causal" or offset < 0 or offset % splash_config.block_q:
+        raise ValueError(f"qk_diag_skip / sv_diag_skip need a causal mask at an offset that is a multiple of the "
+                         f"{splash_config.block_q}-token block; got {spec} at offset {offset}")
+
+
+def _schedule(spec: MaskSpec, shape: tuple[int, int], offset: int, blocks: tuple[int, int], *, is_dkv: bool,
+              dynamic: bool, segments: bool, kernel: str) -> tuple[Any, Any, float]:
+    """(MaskInfo of fresh jnp arrays, mask function, sparsity) of one kernel call, after the SMEM check."""
+    schedule = Schedule.of(spec, shape, offset, blocks, is_dkv=is_dkv, dynamic=dynamic)
+    schedule.check_smem(kernel, segments)
+    info, mask_function = schedule.mask_info()
+    sparsity = float(np.mean(info.block_mask != 0))  # upstream's formula (1.0 without a schedule)
+    return jax.tree_util.tree_map(jnp.array, info), mask_function, sparsity
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
@@ -32,14 +68,23 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv
     q_p = padding.pad(q, 2, padded(q_len))
     k_p, v_p = padding.pad(k, -2, padded(kv_len)), padding.pad(v, -2, padded(kv_len))
     shape = (q_p.shape[2], k_p.shape[-2])
-    mask, stand_in = spec.lazy(shape, offset), spec.stand_in(shape, offset)
-    op = _upstream.forward_op()
+    stand_in = spec.stand_in(shape, offset)
+    op, lib, base = _upstream.forward_op(), _upstream.kernel(), _upstream.base()
 
     def one(q: jax.Array, k: jax.Array, v: jax.Array, ids: Any) -> tuple[jax.Array, ...]:
         args = _upstream.op_arguments(ids, sinks, mqa, soft_cap)
         config = _upstream.bind_as_public(op, stand_in, q, k, v, **args, return_residuals=True).default_config
-        out, (max_logits, lse) = op._fwd(q, k, v, mask=mask, **args, return_residuals=True, config=config)
-        return out, max_logits, lse
+        splash_config = _splash_config(config, soft_cap, block_q_dkv=None, block_kv_dkv=None,
+                                       block_kv_dkv_compute=None)
+        _check_diagonal_skip(splash_config, spec, offset)
+        info, mask_function, sparsity = _schedule(spec, shape, offset, (splash_config.block_q, splash_config.block_kv),
+                                                  is_dkv=False, dynamic=True, segments=ids is not None,
+                                                  kernel="forward")
+        kernel = lib.SplashAttentionKernel(info, None, config=splash_config, is_mqa=mqa, save_residuals=True,
+                                           mask_value=base.DEFAULT_MASK_VALUE, mask_function=mask_function,
+                                           fwd_mask_sparsity=sparsity, dkv_mask_sparsity=1.0)
+        out, stats = kernel(q, k, v, segment_ids=args["segment_ids"], sinks=sinks, prng_key=None)
+        return out, stats["max_logits"], stats["logsumexp"]
 
     out, max_logits, lse = jax.vmap(one, in_axes=(0, 0, 0, None if ids is None else 0))(q_p, k_p, v_p, ids)
     return padding.cut(out, 2, q_len), padding.cut(max_logits, 2, q_len), padding.cut(lse, 2, q_len)
@@ -59,16 +104,32 @@ def attend_vjp(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None
     max_p, lse_p = padding.pad(max_logits, 2, q_pad), padding.pad(lse, 2, q_pad, jnp.inf)
     k_p, v_p = padding.pad(k, -2, padded(kv_len)), padding.pad(v, -2, padded(kv_len))
     shape = (q_pad, k_p.shape[-2])
-    mask, stand_in = spec.lazy(shape, offset), spec.stand_in(shape, offset)
-    op = _upstream.vjp_op()
+    stand_in = spec.stand_in(shape, offset)
+    op, lib, base = _upstream.vjp_op(), _upstream.kernel(), _upstream.base()
 
     def one(q: jax.Array, k: jax.Array, v: jax.Array, ids: Any, out: jax.Array, max_logits: jax.Array,
             lse: jax.Array, dout: jax.Array) -> tuple[jax.Array, ...]:
         args = _upstream.op_arguments(ids, sinks, mqa, soft_cap)
-        residuals = (max_logits, lse)
-        config = op.bind(residuals, out, dout, q, k, v, mask=stand_in, **args).default_config
-        grads, _ = op._fwd(residuals, out, dout, q, k, v, mask=mask, **args, config=config)
-        return grads["q"], grads["k"], grads["v"], grads.get("sinks")
+        config = op.bind((max_logits, lse), out, dout, q, k, v, mask=stand_in, **args).default_config
+        if config.use_base2_exp:  # the kernel's statistics are in base 2
+            lse = lse * lib.LOG2E
+        splash_config = _splash_config(config, soft_cap, block_q=config.block_q_dkv, block_kv=config.block_kv_dkv,
+                                       block_kv_compute=config.block_kv_dkv_compute)
+        _check_diagonal_skip(splash_config, spec, offset)
+        blocks = (splash_config.block_q_dkv, splash_config.block_kv_dkv)
+        info, mask_function, sparsity = _schedule(spec, shape, offset, blocks, is_dkv=True,
+                                                  dynamic=splash_config.dq_reduction_steps == 3,
+                                                  segments=ids is not None, kernel="dK/dV backward")
+        # upstream's VJP Op also builds the forward schedule at these blocks; only its sparsity reaches
+        # the backward, which ignores it
+        fwd_sparsity = Schedule.of(spec, shape, offset, (splash_config.block_q, splash_config.block_kv),
+                                   is_dkv=False).sparsity()
+        residuals = (q, k, v, args["segment_ids"], sinks, out, lse, info, None)
+        _, _, dq, dk, dv, _, dsinks, _, _ = lib._splash_attention_bwd(
+            save_residuals=False, mask_value=base.DEFAULT_MASK_VALUE, is_mqa=mqa, config=splash_config,
+            mask_function=mask_function, fwd_mask_sparsity=fwd_sparsity, dkv_mask_sparsity=sparsity,
+            res=residuals, grads=dout)
+        return dq, dk, dv, dsinks
 
     dq, dk, dv, dsinks = jax.vmap(one, in_axes=(0, 0, 0, None if ids is None else 0, 0, 0, 0, 0))(
         q_p, k_p, v_p, ids, out_p, max_p, lse_p, dout_p)

@@ -1,12 +1,13 @@
 """The mask of a splash call: causal, full, or a local window, with the query offset on the KV axis.
 
 At an offset known when tracing, the mask is one of upstream's lazy mask objects (`CausalMask`,
-`LocalMask`, `FullMask`), exactly what `make_splash_mha` takes: upstream's mask processing turns it
-into the block-sparse schedule, and the kernel computes partial blocks from its mask function, so
-nothing of size q_len x kv_len is ever built. At an offset known only at run time (a KV cache filled
-to a level the export cannot see), `runtime_schedule` classifies the blocks (empty, partial, full)
-in JAX from the queries' positions, and the kernel computes partial blocks with the same upstream
-mask function from those positions (upstream's `q_sequence`).
+`LocalMask`, `FullMask`), exactly what `make_splash_mha` takes: `schedule` builds the block-sparse
+schedule upstream's mask processing would make of it (from the blocks' positions), and the kernel
+computes partial blocks from its mask function, so nothing of size q_len x kv_len is ever built. At
+an offset known only at run time (a KV cache filled to a level the export cannot see),
+`runtime_schedule` classifies the blocks (empty, partial, full) in JAX from the queries' positions,
+and the kernel computes partial blocks with the same upstream mask function from those positions
+(upstream's `q_sequence`).
 """
 
 from __future__ import annotations
@@ -75,11 +76,12 @@ class MaskSpec:
             return base.CAUSAL_MASK
         return base.Mask(jax.ShapeDtypeStruct(shape, jnp.bool_))
 
-    def function(self) -> Callable[[jax.Array, jax.Array], jax.Array] | None:
-        """Upstream's mask function (q positions, kv positions) -> allowed, None for a full mask."""
+    def function(self, offset: int = 0) -> Callable[[jax.Array, jax.Array], jax.Array] | None:
+        """Upstream's mask function (q positions, kv positions) -> allowed, the offset added to the q
+        positions; None for a full mask."""
         if self.kind == "full":
             return None
-        return self.lazy((1, 1), 0).mask_function
+        return self.lazy((1, 1), offset).mask_function
 
 
 def runtime_schedule(spec: MaskSpec, q_positions: jax.Array, kv_len: int, block_q: int, block_kv: int) -> Any:

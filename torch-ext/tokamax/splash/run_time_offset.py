@@ -5,12 +5,14 @@ The kernel is upstream's (`SplashAttentionKernel`, its blocks from upstream's Op
 its block schedule comes from `masks.runtime_schedule` (the queries' positions as upstream's
 `q_sequence`, blocks classified in JAX) narrowed by the segment ids, as upstream's kernel narrows it
 at run time, so only blocks holding a key some query sees are read: with a causal or local mask,
-none past the last query's slot, none before a window. The query heads that share a KV head are
-folded into one kernel head (rows = heads per KV head x q_len), so each KV block is read once per
-KV head, not once per query head. Sinks are per query head, so the kernel runs without them and
-each row's sink enters exactly afterwards: out * Z / (Z + exp(sink)) = out * sigmoid(lse - sink)
-from the kernel's logsumexp (upstream's kernel applies sinks per kernel head, which would stop the
-heads from folding). Forward only.
+none past the last query's slot, none before a window. That schedule spans every (q block, KV
+block) pair with int32 indices in SMEM, 17 bytes a pair, so a call whose pairs the chip's SMEM
+cannot hold is refused before the kernel is traced (`schedule.check_smem`). The query heads that
+share a KV head are folded into one kernel head (rows = heads per KV head x q_len), so each KV
+block is read once per KV head, not once per query head. Sinks are per query head, so the kernel
+runs without them and each row's sink enters exactly afterwards: out * Z / (Z + exp(sink)) = out *
+sigmoid(lse - sink) from the kernel's logsumexp (upstream's kernel applies sinks per kernel head,
+which would stop the heads from folding). Forward only.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from . import _upstream, padding
+from . import _upstream, padding, schedule
 from .lengths import padded
 from .masks import MaskSpec, runtime_schedule
 
@@ -69,6 +71,11 @@ def _prepare(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, 
     splash_config = dataclasses.replace(lib.SplashConfig.get_default(), attn_logits_soft_cap=soft_cap, dropout_rate=0.0,
                                         block_q_dkv=None, block_kv_dkv=None, block_kv_dkv_compute=None,
                                         **dataclasses.asdict(config))  # as upstream's Op builds it
+    grid = (rows_pad // splash_config.block_q) * (kv_pad // splash_config.block_kv)
+    schedule.check_smem("run-time-offset forward", schedule.refined_grid_bytes(grid),
+                        f"{spec.kind} mask, {rows_pad} query rows x {kv_pad} KV slots in {splash_config.block_q} x "
+                        f"{splash_config.block_kv} blocks: {grid:,} blocks x {schedule.REFINED_BYTES} B (every block, "
+                        "segment ids)")
     if spec.kind == "full":  # the offset changes nothing: every block full, the ids say which keys count
         info = _upstream.mask_info().MaskInfo(None, None, None, None, None, None, None)
     else:
