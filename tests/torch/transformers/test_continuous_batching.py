@@ -133,7 +133,7 @@ def test_prefill_and_decode_match_float64_attention(tokamax, paged, monkeypatch)
              [("d", 1), ("c", 1), ("b", 1), ("a", 1)], "free a, b", [("e", 30), ("c", 1)])
     for work in steps:
         if isinstance(work, str):
-            store = paged.store.stores(batches.cache)["full_attention"]
+            store = paged.binding.stores(batches.cache)["full_attention"]
             grown, held = store.pages, set(store.pages_of(batches.blocks("a") + batches.blocks("b")))
             for request in ("a", "b"):
                 batches.cache.free_blocks(request)
@@ -266,7 +266,7 @@ def test_sliding_window_values_match_float64(tokamax, paged, monkeypatch, family
                 batches.cache.free_blocks(request)
             continue
         _forward(tokamax, batches, history, work, g, softcap)
-        store = paged.store.stores(batches.cache)["sliding_attention"]
+        store = paged.binding.stores(batches.cache)["sliding_attention"]
         for request, n in work:
             assert len(store.requests[request].pages) <= -(-(WINDOW + n) // 4) + 1, (request, n)
         # 4 sequences of at most 13 new tokens after at most WINDOW - 1 visible ones, a page's shift: 8 pages
@@ -304,7 +304,7 @@ def test_window_ring_view_is_transformers_own_layout_forks_and_offloads(tokamax,
     _forward(tokamax, ours, history, [("a2", 1), ("a", 2)], g)  # the child's first forward writes its ring in
 
     # CPU offloading: transformers frees the request's blocks, then reads them (through the view); its pages go
-    store, b_blocks = paged.store.stores(ours.cache)["sliding_attention"], torch.tensor(ours.blocks("b"))
+    store, b_blocks = paged.binding.stores(ours.cache)["sliding_attention"], torch.tensor(ours.blocks("b"))
     ours.cache.free_blocks("b", no_cache=True)
     saved = view.index_select(0, b_blocks)
     store._recycle(set())

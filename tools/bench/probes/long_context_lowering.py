@@ -18,7 +18,6 @@ with numpy, 1024^2 chunks of 1024 x 1024, three times (upstream PR #1217 measure
 forward alone at 512-token blocks).
 """
 
-import importlib.util
 import json
 import resource
 import subprocess
@@ -34,11 +33,8 @@ OURS, UPSTREAM = (32768, 131072, 1 << 20), (32768, 131072)
 HEADS, KV_HEADS, DIM, WARM_UP = 8, 2, 128, 1024
 
 
-def _emulation():  # noqa: ANN202 - our standalone chip helpers, by path (also in the upstream venv)
-    spec = importlib.util.spec_from_file_location("kernel_emulation", REPO / "torch-ext/tokamax/emulation.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(Path(__file__).parent))
+from window_module_size import _emulation  # noqa: E402 - our standalone chip helpers, by path (also upstream's venv)
 
 
 def _rss_bytes() -> int:

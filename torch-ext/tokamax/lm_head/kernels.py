@@ -105,10 +105,7 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tra
     return pl.pallas_call(
         kernel,
         grid=(rows // blocks.rows, nv),
-        in_specs=[row,
-                  pl.BlockSpec((blocks.rows, hidden), lambda i, j: (i, 0)),
-                  pl.BlockSpec((blocks.vocab, hidden), lambda i, j: (j, 0)),
-                  pl.BlockSpec((1, blocks.vocab), lambda i, j: (0, j))],
+        in_specs=_operand_specs(blocks, hidden, 1, rows_first=True),  # targets, x, w, b
         out_specs=[row] * len(OUTPUTS),
         out_shape=[vector] * len(OUTPUTS),
         scratch_shapes=scratch,
@@ -130,8 +127,16 @@ def _gradient_block(x_ref, w_ref, b_ref, t_ref, lse_ref, a_ref, bz_ref, c_ref, d
     return g if true_vocab is None else jnp.where(col < true_vocab, g, 0.0)
 
 
-def _row_vectors(blocks: Blocks, index) -> list[pl.BlockSpec]:  # noqa: ANN001
-    return [pl.BlockSpec((blocks.rows,), index) for _ in range(6)]  # targets, lse, a, b, c, d
+def _operand_specs(blocks: Blocks, hidden: int, vectors: int, rows_first: bool) -> list[pl.BlockSpec]:
+    """`vectors` per-row vectors, then x, w and the bias, blocked for a grid of (row blocks, vocabulary
+    blocks) or, with `rows_first` False, (vocabulary blocks, row blocks)."""
+    def at(index):  # noqa: ANN001, ANN202 - index(i, j) of the row and vocabulary block, in the grid's order
+        return (lambda i, j: index(i, j)) if rows_first else (lambda j, i: index(i, j))
+
+    return [*(pl.BlockSpec((blocks.rows,), at(lambda i, j: (i,))) for _ in range(vectors)),
+            pl.BlockSpec((blocks.rows, hidden), at(lambda i, j: (i, 0))),
+            pl.BlockSpec((blocks.vocab, hidden), at(lambda i, j: (j, 0))),
+            pl.BlockSpec((1, blocks.vocab), at(lambda i, j: (0, j)))]
 
 
 def backward_x(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse: jax.Array, a: jax.Array,
@@ -161,10 +166,7 @@ def backward_x(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
     return pl.pallas_call(
         kernel,
         grid=(rows // blocks.rows, nv),
-        in_specs=[*_row_vectors(blocks, lambda i, j: (i,)),
-                  pl.BlockSpec((blocks.rows, hidden), lambda i, j: (i, 0)),
-                  pl.BlockSpec((blocks.vocab, hidden), lambda i, j: (j, 0)),
-                  pl.BlockSpec((1, blocks.vocab), lambda i, j: (0, j))],
+        in_specs=_operand_specs(blocks, hidden, 6, rows_first=True),  # targets, lse, a, b, c, d, x, w, b
         out_specs=pl.BlockSpec((blocks.rows, hidden), lambda i, j: (i, 0)),
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
         scratch_shapes=[pltpu.VMEM((blocks.rows, hidden), jnp.float32)],
@@ -206,10 +208,7 @@ def backward_w(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
     return pl.pallas_call(
         kernel,
         grid=(vocab // blocks.vocab, nr),
-        in_specs=[*_row_vectors(blocks, lambda j, i: (i,)),
-                  pl.BlockSpec((blocks.rows, hidden), lambda j, i: (i, 0)),
-                  pl.BlockSpec((blocks.vocab, hidden), lambda j, i: (j, 0)),
-                  pl.BlockSpec((1, blocks.vocab), lambda j, i: (0, j))],
+        in_specs=_operand_specs(blocks, hidden, 6, rows_first=False),
         out_specs=[pl.BlockSpec((blocks.vocab, hidden), lambda j, i: (j, 0)),
                    pl.BlockSpec((1, blocks.vocab), lambda j, i: (0, j))],
         out_shape=[jax.ShapeDtypeStruct(w.shape, w.dtype), jax.ShapeDtypeStruct((1, vocab), jnp.float32)],

@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 from torch.distributed.tensor.experimental import local_map, register_sharding
 
-from ..ragged_dot import gmm, gmm_bwd_op, gmm_op, tgmm_op
+from .._grouped_ops import gmm_bwd_op, gmm_op, tgmm_op
+from .._tuned import current_token
 from .placements import DTensor, Partial, Replicate, Shard, describe, one_dim_mesh, placement, refuse, shard_dim
 
 __all__ = ["experts_split_gmm", "register", "wants_experts_split"]
@@ -99,7 +100,8 @@ def _local_experts(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tens
     order = (position + before) % rows
     mine = (position < local_sizes.to(torch.int64).sum())[:, None]
     x = torch.where(mine, lhs[order], 0)
-    y = torch.where(mine, gmm(x, rhs, local_sizes, transpose_rhs=transpose_rhs), 0)
+    y = torch.where(mine, gmm_op(x.contiguous(), rhs.contiguous(), local_sizes.contiguous(), transpose_rhs,
+                                 current_token()), 0)
     return torch.empty_like(y).index_copy(0, order, y)
 
 

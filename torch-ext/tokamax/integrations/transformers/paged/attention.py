@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from .... import torch_ops
-from . import checks, schedule, store, window
+from . import binding, checks, schedule, store, window
 
 
 def _plan(cache: store.Pages, layer: int, kwargs: dict, allocator: Any, tokens: int,
@@ -54,7 +54,7 @@ def flash_paged(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     checks.call(module, query, key, value, dropout, is_causal, s_aux, cache, kwargs)
     layer = module.layer_idx
     allocator = checks.allocator(cache, layer, sliding_window)
-    kernel_cache = store.store_for(cache, allocator, key)
+    kernel_cache = binding.store_for(cache, allocator, key)
     step = _plan(kernel_cache, layer, kwargs, allocator, query.shape[2], query.device)
     # A sliding-window layer's window is its cache's (checks: the layer's own, if it passes one, is the same)
     window_size = kernel_cache.window if isinstance(kernel_cache, window.WindowCache) else sliding_window or None

@@ -4,7 +4,8 @@ transformers keeps one byte tensor for every layer, pages of K then pages of V p
 upstream's kernel wants each layer's cache as [pages, page_size, 2 * kv_heads, head_dim] with K and V
 interleaved per head (K of head h at 2h, V at 2h + 1) and head_dim padded to the 128 lanes. The two cannot
 share memory, so each layer's cache lives here, one `Pages` pool per transformers allocator (its layers share
-page ids): `KernelCache` for full-attention layers, `window.WindowCache` for sliding-window ones. The op donates
+page ids): `KernelCache` for full-attention layers, `window.WindowCache` for sliding-window ones (`binding` makes
+them for a transformers cache). The op donates
 the cache, so each layer's tensor is rebound to what the op returns.
 
 Full-attention layers: transformers keeps deciding which blocks a request owns, shares and frees; each block it
@@ -27,7 +28,6 @@ these caches serve the model).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -170,39 +170,3 @@ class BlockBytes:
             full[:, :, :2 * s.kv_heads, :s.head_dim] = rows.to(s.device)
             s.layer(index).index_copy_(0, pages, full)
         return self
-
-
-_STORES: weakref.WeakKeyDictionary[Any, dict[str, Pages]] = weakref.WeakKeyDictionary()
-
-
-def store_for(cache: Any, allocator: Any, key: torch.Tensor) -> Pages:
-    """The kernel's cache of `allocator`'s layers, bound to transformers' `cache`: on the first call one pool per
-    allocator is made (every allocator at once: transformers' cache tensor, which sizes them, is then released)
-    and each allocator's block view pointed at its pool."""
-    stores = _STORES.get(cache)
-    if stores is None:
-        from . import ring, window  # they build on Pages
-
-        stores = {}
-        for kind, each in cache.cache_allocators.items():
-            shape = (each, key.shape[1], key.shape[3], key.dtype, key.device)
-            if kind == FULL:
-                stores[kind] = KernelCache(cache, *shape)
-                each._copy_view = BlockBytes(stores[kind], each.bytes_per_block)
-            else:
-                stores[kind] = window.WindowCache(cache, *shape)
-                each._copy_view = ring.RingBytes(stores[kind], each.bytes_per_block)
-        # transformers reads its cache tensor only through `update` and the CUDA block-table path, neither of
-        # which runs once these caches serve the model: release it.
-        empty = torch.empty(0, dtype=torch.uint8, device=cache.cache_tensor.device)
-        for each in cache.cache_allocators.values():
-            each.cache_tensor, each._kv_token_views, each._kv_page_views = empty, {}, {}
-        cache.cache_tensor = empty
-        _STORES[cache] = stores
-    return stores[allocator.layer_type]
-
-
-def stores(cache: Any) -> dict[str, Pages]:
-    """The pools bound to transformers' `cache` by kind ("full_attention", "sliding_attention"); {} before the
-    first call."""
-    return _STORES.get(cache, {})
