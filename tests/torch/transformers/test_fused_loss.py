@@ -294,6 +294,67 @@ def test_a_model_without_a_linear_head_is_refused(tokamax):
         tokamax.use_fused_loss(model)
 
 
+def test_a_head_resized_after_use_fused_loss_is_the_one_the_loss_reads(tokamax, reference_kernel):
+    """resize_token_embeddings puts a new lm_head on the model: each step reads the head the model has."""
+    plain, fused = _models("llama", tokamax)
+    for model in (plain, fused):
+        model.resize_token_embeddings(VOCAB + 13, mean_resizing=False)
+    fused.load_state_dict(plain.state_dict())
+    ids, mask, labels = _batch()
+    want = _loss_and_grads(plain, input_ids=ids, attention_mask=mask, labels=labels)
+    got = _loss_and_grads(fused, input_ids=ids, attention_mask=mask, labels=labels)
+    _assert_same(got, want)
+    assert reference_kernel == [((74, 256), (74,), (256, VOCAB + 13))]
+
+
+def _lora(model: torch.nn.Module, **config) -> torch.nn.Module:  # noqa: ANN003
+    from peft import LoraConfig, get_peft_model
+
+    # random B as well as A (PEFT's default B is 0): the adapters change the loss and get gradients into A
+    return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, init_lora_weights=False, **config))
+
+
+def test_a_peft_model_trains_to_its_own_loss_and_adapter_gradients(tokamax, reference_kernel):
+    """A LoRA model given to use_fused_loss (returned as given): its base model gets the fused loss; loss and
+    every adapter's gradient equal the same PEFT model on transformers' loss, and the output holds no logits."""
+    torch.manual_seed(1)
+    plain, fused = (_lora(transformers.LlamaForCausalLM(_llama()).float(), target_modules=["q_proj", "v_proj",
+                                                                                        "up_proj"]) for _ in "ab")
+    fused.load_state_dict(plain.state_dict())
+    for model in (plain, fused):
+        model.get_base_model().set_attn_implementation("eager")
+        model.train()
+    assert tokamax.use_fused_loss(fused) is fused
+    ids, mask, labels = _batch()
+    want = _loss_and_grads(plain, input_ids=ids, attention_mask=mask, labels=labels)
+    got = _loss_and_grads(fused, input_ids=ids, attention_mask=mask, labels=labels)
+    _assert_same(got, want)
+    assert got[1].keys() == {n for n, p in fused.named_parameters() if p.requires_grad}
+    assert all("lora_" in n for n in got[1]) and len(got[1]) == 2 * 2 * 3  # A and B, 2 layers, 3 modules
+    assert got[0].logits is None and reference_kernel == [((74, 256), (74,), (256, VOCAB))]
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("adapter", ["target_modules", "modules_to_save"])
+@pytest.mark.parametrize("when", ["before use_fused_loss", "after"])
+def test_an_adapter_on_the_lm_head_is_refused(tokamax, adapter, when):
+    """The fused loss reads lm_head.weight as it is: an adapter on lm_head would be left out of the loss."""
+    model = transformers.LlamaForCausalLM(_llama()).train()
+    config = {"target_modules": ["q_proj", "lm_head"]} if adapter == "target_modules" else {
+        "target_modules": ["q_proj"], "modules_to_save": ["lm_head"]}
+    if when == "after":
+        tokamax.use_fused_loss(model)
+    peft_model = _lora(model, **config)
+    message = (r"tokamax use_fused_loss: LlamaForCausalLM's lm_head is PEFT's peft\.\S+ \(an adapter or "
+               r"modules_to_save on lm_head\).*keep adapters off lm_head")
+    ids = torch.randint(0, VOCAB, (1, 5))
+    with pytest.raises(NotImplementedError, match=message):
+        if when == "after":
+            peft_model(input_ids=ids, labels=ids)
+        else:
+            tokamax.use_fused_loss(peft_model)
+
+
 def _custom_loss(logits, labels, vocab_size, **kwargs):  # noqa: ANN001, ANN003, ANN202
     return logits.float().mean()
 

@@ -130,6 +130,21 @@ def test_each_model_gets_the_function_it_asked_for(tokamax, calls):
 
 
 @pytest.mark.kernels_ci
+def test_a_peft_model_given_to_use_fused_loss_runs_the_kernel(tokamax, calls):
+    """A PEFT model wrapped by the user, then given to use_fused_loss (returned as given): TRL puts its head on
+    get_base_model() and the trainer calls the PEFT model, as TRL's trainers do with a PeftModel."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(_model(tokamax, False), LoraConfig(r=2, target_modules=["q_proj"], lora_dropout=0.0))
+    assert tokamax.use_fused_loss(model) is model
+    trl_utils.add_fused_lm_head(model.get_base_model(), outputs=("log_probs", "entropy"))
+    ids = torch.randint(2, VOCAB, (2, 9), generator=torch.Generator().manual_seed(3))
+    out = model(input_ids=ids, labels=ids, fused_lm_head=True)
+    assert out.log_probs.shape == (2, 8) and out.entropy is not None
+    assert calls() == {"kernel": 1, "trl": 0}
+
+
+@pytest.mark.kernels_ci
 def test_a_call_the_kernel_cannot_serve_runs_trls_own_and_says_why_once(tokamax, calls):
     """float16 (no TPU kernel takes it): TRL's function, one warning naming the reason, the same result."""
     model = _model(tokamax, True).half()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import sys
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -39,12 +40,35 @@ from .logits import LogitsToBe
 _LOSS_KEYWORDS = ("num_items_in_batch", "ignore_index", "shift_labels")
 
 
+def _peft_base(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model inside a PEFT wrapper (its forward is the one that calls lm_head and the loss
+    function; PEFT's forward calls it through `__call__`), or `model` itself."""
+    peft = sys.modules.get("peft")
+    if peft is not None and isinstance(model, peft.PeftModel):
+        return model.get_base_model()
+    return model
+
+
+def _peft_layers() -> tuple[type, ...]:
+    """PEFT's classes that stand in for a module it adapts (LoRA and the other tuners; modules_to_save)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.utils.other import AuxiliaryTrainingWrapper
+
+    return BaseTunerLayer, AuxiliaryTrainingWrapper
+
+
 def _head(model: torch.nn.Module) -> torch.nn.Linear:
     name = type(model).__name__
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if "peft" in sys.modules and isinstance(head, _peft_layers()):
+        raise NotImplementedError(
+            f"tokamax use_fused_loss: {name}'s lm_head is PEFT's {type(head).__module__}.{type(head).__qualname__} "
+            "(an adapter or modules_to_save on lm_head); the fused loss reads lm_head.weight and bias as they are and "
+            "would leave the adapter out: keep adapters off lm_head (target_modules, modules_to_save)")
     if not isinstance(head, torch.nn.Linear):
+        what = None if head is None else f"{type(head).__module__}.{type(head).__qualname__}"
         raise TypeError(f"tokamax use_fused_loss: {name} has no nn.Linear LM head (get_output_embeddings() gives "
-                        f"{type(head).__name__}); the fused loss serves causal LMs built as model + lm_head")
+                        f"{what}); the fused loss serves causal LMs built as model + lm_head")
     _check_loss_function(model)
     return head
 
@@ -114,12 +138,14 @@ def use_fused_loss(model: torch.nn.Module, *, z_loss: float = 0.0, label_smoothi
     """Makes `model` (a transformers causal LM) compute its training loss with the fused loss, and TRL's
     fused LM head run on the kernel for it; returns it. Applies to this model object only (not its
     class); calling it again changes only the options. `z_loss`, `label_smoothing`, `reduction`: see
-    `LossOptions` (the labels path only: TRL computes its own losses from the head's outputs)."""
-    head = _head(model)
+    `LossOptions` (the labels path only: TRL computes its own losses from the head's outputs).
+    A PEFT model is served through its base model (`get_base_model()`) and returned as given."""
+    given, model = model, _peft_base(model)
+    _head(model)  # refused now if it cannot serve; looked up again at each step
     model._tokamax_loss_options = LossOptions(z_loss=z_loss, label_smoothing=label_smoothing, reduction=reduction)
     trl_hooks.attach(model)
     if getattr(model, "_tokamax_fused_loss", False):
-        return model
+        return given
     forward = type(model).forward
     signature = inspect.signature(forward)
 
@@ -129,7 +155,7 @@ def use_fused_loss(model: torch.nn.Module, *, z_loss: float = 0.0, label_smoothi
         if not self.training or labels is None:
             return forward(self, *args, **kwargs)
         as_tuple = kwargs.pop("return_dict", None) is False
-        _check_loss_function(self)  # a loss_function set since
+        head = _head(self)  # at each call: a head resized, or adapted by PEFT, or a loss_function set since
         with sharding.weight_kept_gathered(self, head), \
                 _hidden_states_as_logits(self, head, self._tokamax_loss_options) as seen:
             out = forward(self, *args, **kwargs, return_dict=True)
@@ -141,4 +167,4 @@ def use_fused_loss(model: torch.nn.Module, *, z_loss: float = 0.0, label_smoothi
 
     model.forward = types.MethodType(fused_forward, model)
     model._tokamax_fused_loss = True
-    return model
+    return given
