@@ -12,7 +12,9 @@
 - the junction: a training step traced on fake tensors through the real op's fake kernels, whose
   graph holds no [tokens, vocab] tensor (the same step without the fused loss holds one);
 - evaluation and generation are untouched, a training output holds no logits, and what is refused
-  says why.
+  says why;
+- a PEFT model (LoRA) given to use_fused_loss trains to the same PEFT model's loss and adapter gradients,
+  and an adapter on lm_head is refused (PEFT is pinned in the main Torch tier only: not kernels_ci).
 """
 
 from __future__ import annotations
@@ -334,7 +336,6 @@ def test_a_peft_model_trains_to_its_own_loss_and_adapter_gradients(tokamax, refe
     assert got[0].logits is None and reference_kernel == [((74, 256), (74,), (256, VOCAB))]
 
 
-@pytest.mark.kernels_ci
 @pytest.mark.parametrize("adapter", ["target_modules", "modules_to_save"])
 @pytest.mark.parametrize("when", ["before use_fused_loss", "after"])
 def test_an_adapter_on_the_lm_head_is_refused(tokamax, adapter, when):
