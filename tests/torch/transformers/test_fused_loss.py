@@ -27,6 +27,8 @@ import transformers
 from jax.experimental.pallas import tpu as pltpu
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from tests.float32_bounds import assert_float32_close, model_terms
+
 from .models import ATTENTION, FAMILIES, tokens
 
 needs_the_kernel = pytest.mark.skipif(
@@ -35,8 +37,7 @@ needs_the_kernel = pytest.mark.skipif(
            "the glue runs against the float64 stand-in below")
 
 VOCAB = 384  # no other size of these models, so a [tokens, vocab] tensor can be told apart in a graph
-# float32 on transformers' side (logits in float32), float64 in the reference: ~1e-6 relative.
-TOL = dict(rtol=1e-4, atol=1e-6)
+SEQ = 37  # tokens per row of `_batch`
 
 
 def reference_rows(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,6 +81,9 @@ def _config(family: str) -> transformers.PreTrainedConfig:
     return config
 
 
+TERMS = max(model_terms(_config(family), SEQ) for family in ("llama", *FAMILIES))
+
+
 def _models(family: str, tokamax, **config_changes) -> tuple[torch.nn.Module, torch.nn.Module]:  # noqa: ANN001
     """(transformers' loss, the fused loss): equal float32 weights, eager attention and experts on both."""
     model_cls = transformers.LlamaForCausalLM if family == "llama" else FAMILIES[family][1]
@@ -97,7 +101,7 @@ def _models(family: str, tokamax, **config_changes) -> tuple[torch.nn.Module, to
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """2 x 37 tokens, the second row left-padded by 8; labels ignore the padding and a few tokens."""
-    ids, mask = tokens(2, 37, seed=11), torch.ones(2, 37, dtype=torch.int64)
+    ids, mask = tokens(2, SEQ, seed=11), torch.ones(2, SEQ, dtype=torch.int64)
     ids = ids % VOCAB
     mask[1, :8] = 0
     labels = ids.masked_fill(mask == 0, -100)
@@ -112,10 +116,12 @@ def _loss_and_grads(model: torch.nn.Module, **inputs) -> tuple[torch.Tensor, dic
 
 
 def _assert_same(got: tuple, want: tuple) -> None:
-    torch.testing.assert_close(got[0].loss, want[0].loss, **TOL)
+    """Loss and every gradient of two float32 models, within float32 rounding along the longest
+    gradient chain of the largest model here (`float32_bounds`)."""
+    assert_float32_close(got[0].loss, want[0].loss, terms=TERMS, msg="loss")
     assert got[1].keys() == want[1].keys() and got[1]
     for name in want[1]:
-        torch.testing.assert_close(got[1][name], want[1][name], **TOL, msg=lambda m, n=name: f"{n}: {m}")
+        assert_float32_close(got[1][name], want[1][name], terms=TERMS, msg=name)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "num_items_in_batch"])
