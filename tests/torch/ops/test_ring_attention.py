@@ -76,6 +76,26 @@ def test_ring_of_one_chip_on_cpu_tensors_matches_float64(ops, causal, batch, hea
         torch.testing.assert_close(got.grad.double(), want.grad, **TOL, msg=lambda m, n=name: f"d{n}: {m}")
 
 
+def test_a_window_on_the_causal_ring_sees_no_key_ahead(ops):
+    """causal=True (the default) with a window (64, 64): both hold, keys in [p - 64, p] (before, the window
+    replaced causal and each query saw 64 keys ahead); values and gradients as float64 attention."""
+    q = checks.randn(1, 2, 256, 128, seed=5, scale=128**-0.5)
+    k, v = checks.randn(1, 1, 256, 128, seed=6, scale=128**-0.5), checks.randn(1, 1, 256, 128, seed=7)
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    out = ops.ring_attention(q, k, v, mesh=_cpu_mesh(), window=(64, 64))
+    positions = torch.arange(256)[None]
+    allowed = reference.allowed(positions, 256, kind="causal") & reference.allowed(positions, 256, kind="local",
+                                                                                   window=(64, 64))
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in leaves)
+    ref = reference.attention(q64, k64, v64, allowed)
+    torch.testing.assert_close(out.double(), ref.detach(), **TOL)
+    cotangent = checks.randn(*out.shape, seed=8)
+    (out * cotangent).sum().backward()
+    (ref * cotangent.double()).sum().backward()
+    for name, got, want in zip("qkv", leaves, (q64, k64, v64), strict=True):
+        torch.testing.assert_close(got.grad.double(), want.grad, **TOL, msg=lambda m, n=name: f"d{n}: {m}")
+
+
 # (mesh shape, axis names, options, batch, heads, kv heads (0: multi-query), segment ids)
 _EXPORTS = {
     "4-chips-causal": ((4,), ("sp",), dict(causal=True), 2, 4, 4, False),

@@ -104,7 +104,8 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mesh: j
     number of causal blocks at every step; `to_ring_layout` / `from_ring_layout` put a whole sequence
     into that layout and outputs back. `mesh` spans every rank (torch-tpu's `get_pallas_mesh`); its other
     axes shard the batch (`batch_axis`) or the heads (`head_axis`). Causal over the whole sequence
-    (default) or full, or a local `window` (left, right) of positions; `segment_ids` (int32 [batch,
+    (default) or full; a local `window` (left, right) of positions within it (causal: keys in [p - left,
+    p], the right side clipped to 0; a two-sided window needs causal=False); `segment_ids` (int32 [batch,
     local_len], this rank's shard) keep attention within equal ids. No mask array is built, for any
     length. Differentiable in q, k and v. The ops are made per mesh and options on first use: make them
     before `torch.compile` with `ring_attention_ops`.
