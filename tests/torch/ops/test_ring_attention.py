@@ -275,15 +275,18 @@ STALL_S = 300
 _ALL = {"out", "lse", "dq", "dk", "dv"}
 DEVICE_CHECKS = {"ring8-causal-gqa-segments": _ALL, "dp2-ring4-full-mqa": {"out", "lse"},
                  "tp2-ring4-causal-mqa": _ALL, "ring8-balanced-causal-gqa-segments": _ALL,
-                 "ring4-balanced-window-mqa": _ALL, "ring4-window": _ALL}
+                 "ring4-balanced-window-mqa": _ALL, "ring4-window": _ALL,
+                 "sp4-dp2-balanced-rank-shards": {"out", "lse"}}
 
 
 def test_exported_functions_on_8_host_devices_match_float64_attention(tokamax):
     """Over a ring of 8 (causal, GQA, documents cut across shards: out, logsumexp, dq, dk, dv), the same
     load-balanced (head-tail: the sequence laid out by `to_ring_layout`, the outputs put back), a ring of 4
     with a window (plain and load-balanced, MQA), a dp=2 x sp=4 mesh (full, MQA, the batch sharded: out,
-    logsumexp) and a tp=2 x sp=4 mesh (causal, MQA, the heads sharded: dK and dV summed over the head
-    shards) as float64 attention on the whole sequence."""
+    logsumexp), a tp=2 x sp=4 mesh (causal, MQA, the heads sharded: dK and dV summed over the head
+    shards) and an sp=4 x dp=2 mesh, load-balanced, where each rank passes the shards `mesh_coordinate`
+    names on the mesh `get_pallas_mesh` builds (rank r at position r; its sequence shard r // 2, not r)
+    and gets its own output: out and logsumexp as float64 attention on the whole sequence."""
     results = host_devices.run(sys.executable, REPO / "tests/torch/ops/ring_devices.py", list(DEVICE_CHECKS),
                                stall_s=STALL_S, env={"LOCAL_KERNELS": f"kernels-community/tokamax={VARIANT}"})
     for check, result in results.items():
@@ -292,6 +295,25 @@ def test_exported_functions_on_8_host_devices_match_float64_attention(tokamax):
         for name, err in result["errors"].items():
             assert err["excess"] <= 0, (f"{check} {name}: max |diff| {err['max_abs']:.3g} over the tolerance "
                                         f"(reference max {err['max_ref']:.3g})")
+
+
+@pytest.mark.kernels_ci
+def test_a_ranks_shard_is_its_coordinate_on_the_rings_axis(ops):
+    """torch-tpu runs rank r on the mesh's device of process_index r (`get_pallas_mesh`: position r,
+    row-major); the shard a rank passes along an axis is that device's coordinate there, its rank only on
+    a mesh of one axis."""
+    minor = _tpu_mesh((2, 4), ("dp", "sp"))
+    assert [ops.mesh_coordinate(minor, "sp", r) for r in range(8)] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert [ops.mesh_coordinate(minor, "dp", r) for r in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    major = _tpu_mesh((4, 2), ("sp", "dp"))
+    assert [ops.mesh_coordinate(major, "sp", r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    reversed_ring = jax.sharding.Mesh(_tpu_mesh((8,), ("sp",)).devices[::-1], ("sp",))
+    assert [ops.mesh_coordinate(reversed_ring, "sp", r) for r in range(8)] == [7, 6, 5, 4, 3, 2, 1, 0]
+    assert ops.mesh_coordinate(_cpu_mesh()) == 0  # this process's rank: 0 outside a distributed job
+    with pytest.raises(ValueError, match=f"tokamax {OP}: rank 8 runs 0 of the mesh's devices"):
+        ops.mesh_coordinate(minor, "sp", 8)
+    with pytest.raises(ValueError, match=rf"tokamax {OP}: axis_name 'tp' is not an axis of the mesh \('dp', 'sp'\)"):
+        ops.mesh_coordinate(minor, "tp", 0)
 
 
 @pytest.mark.kernels_ci
