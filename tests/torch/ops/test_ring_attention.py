@@ -15,7 +15,10 @@ No TPU and no torch-tpu collectives here, so the op is checked where each part c
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import re
+import subprocess
 import sys
 
 import jax
@@ -295,6 +298,63 @@ def test_exported_functions_on_8_host_devices_match_float64_attention(tokamax):
         for name, err in result["errors"].items():
             assert err["excess"] <= 0, (f"{check} {name}: max |diff| {err['max_abs']:.3g} over the tolerance "
                                         f"(reference max {err['max_ref']:.3g})")
+
+
+# (mesh shape, axis names, ring_attention_ops options): layouts that differ in one thing each
+_NAMED = [
+    ((8,), ("sp",), dict(causal=True)), ((8,), ("sp",), dict(causal=False)),
+    ((8,), ("sp",), dict(causal=True, load_balanced=True)), ((8,), ("sp",), dict(causal=True, mqa=True)),
+    ((8,), ("sp",), dict(causal=True, window=(64, 0))), ((8,), ("sp",), dict(causal=True, window=(64, None))),
+    ((8,), ("sp",), dict(causal=False, window=(64, 64))), ((8,), ("sp",), dict(causal=False, window=(None, 64))),
+    ((4,), ("sp",), dict(causal=True)), ((8,), ("ring",), dict(axis_name="ring")),
+    ((2, 4), ("dp", "sp"), dict(batch_axis="dp")), ((4, 2), ("sp", "dp"), dict(batch_axis="dp")),
+    ((2, 4), ("tp", "sp"), dict(head_axis="tp")), ((2, 4), ("tp", "sp"), dict(head_axis="tp", mqa=True)),
+]
+
+# What a fresh process names the layouts, made in the reverse order.
+_NAMES_ELSEWHERE = """
+import json, sys
+import jax, kernels, numpy as np
+from torch_tpu._internal.pallas._mock_device import _PallasDevice
+ops = kernels.get_kernel("kernels-community/tokamax", version=1).torch_ops
+names = {}
+for i, (shape, axes, options) in reversed(list(enumerate(json.loads(sys.argv[1])))):
+    devices = [_PallasDevice(id=d, process_index=d, device_kind="TPU v6 lite") for d in range(int(np.prod(shape)))]
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+    ring = ops.ring_attention_ops(jax.sharding.Mesh(np.array(devices).reshape(shape), tuple(axes)), **options)
+    names[i] = [ring.forward._qualname.split("::")[1], ring.backward._qualname.split("::")[1]]
+print(json.dumps(names))
+"""
+
+
+def _op_names(ops) -> list[list[str]]:  # noqa: ANN001
+    rings = [ops.ring_attention_ops(_tpu_mesh(shape, axes), **options) for shape, axes, options in _NAMED]
+    return [[op._qualname.split("::")[1] for op in (ring.forward, ring.backward)] for ring in rings]
+
+
+@pytest.mark.kernels_ci
+def test_op_names_say_the_options_and_differ_with_them(ops):
+    """Each layout's ops have names of their own (valid Torch op names, from the options), and a mesh made
+    again of the same devices gets the same ops."""
+    names = _op_names(ops)
+    flat = [n for pair in names for n in pair]
+    assert len(set(flat)) == len(flat), flat
+    assert all(re.fullmatch(r"ring_attention_(bwd_)?[A-Za-z0-9_]+", n) for n in flat), flat
+    assert names[0][0].startswith("ring_attention_sp8_ring_sp_mha_causal_contiguous_"), names[0]
+    assert names[10][0].startswith("ring_attention_dp2_sp4_ring_sp_batch_dp_mha_causal_contiguous_"), names[10]
+    assert _op_names(ops) == names  # new Mesh objects of the same devices: the same ops
+
+
+def test_op_names_do_not_depend_on_what_was_made_before(ops):
+    """A saved export names its op: another process making the same layouts in the reverse order (after
+    none of this one's) names each layout's ops as this one does."""
+    names = _op_names(ops)
+    env = {**os.environ, "LOCAL_KERNELS": f"kernels-community/tokamax={VARIANT}"}
+    child = subprocess.run([sys.executable, "-c", _NAMES_ELSEWHERE, json.dumps(_NAMED)], capture_output=True,
+                           text=True, env=env, timeout=300, cwd=REPO)
+    assert child.returncode == 0, child.stderr[-3000:]
+    elsewhere = json.loads(child.stdout.strip().splitlines()[-1])
+    assert [elsewhere[str(i)] for i in range(len(_NAMED))] == names
 
 
 @pytest.mark.kernels_ci
