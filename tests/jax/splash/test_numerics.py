@@ -22,17 +22,24 @@ def _operands(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, se
     return [r.standard_normal(s).astype(np.float32) * (0.3 if i < 2 else 1.0) for i, s in enumerate(shapes)]
 
 
-def _allowed(q_pos: np.ndarray, kv_len: int, window: tuple | None, q_ids: np.ndarray, kv_ids: np.ndarray) -> np.ndarray:
+def _allowed(q_pos: np.ndarray, kv_len: int, window: tuple | None, q_ids: np.ndarray, kv_ids: np.ndarray,
+             causal: bool = True) -> np.ndarray:
+    """Keys j a query at position p sees: j <= p if causal, and p - left <= j <= p + right within a window."""
     j = np.arange(kv_len)[None, :]
     p = q_pos[:, None]
-    mask = j <= p if window is None else (j >= p - window[0]) & (j <= p + window[1])
+    mask = j <= p if causal else np.ones((len(q_pos), kv_len), bool)
+    if window is not None:
+        mask = mask & (j >= p - window[0]) & (j <= p + window[1])
     return mask & (q_ids[:, None] == kv_ids[None, :])
 
 
-@pytest.mark.parametrize(("q_len", "kv_len", "offset", "window", "kv_heads"), [
-    (37, 37, 0, None, 2), (129, 129, 0, (31, 0), 1), (40, 200, 160, (63, 2), 2)],
-    ids=["37-causal-gqa", "129-window-mqa", "40x200-window-offset"])
-def test_attend_values_and_gradients(kernel, emulation, q_len, kv_len, offset, window, kv_heads):
+@pytest.mark.parametrize(("q_len", "kv_len", "offset", "causal", "window", "kv_heads"), [
+    (37, 37, 0, True, None, 2), (129, 129, 0, True, (31, 0), 1), (40, 200, 160, False, (63, 2), 2),
+    (129, 129, 0, True, (31, 31), 2)],
+    ids=["37-causal-gqa", "129-window-mqa", "40x200-two-sided-window-offset", "129-causal-window-clipped"])
+def test_attend_values_and_gradients(kernel, emulation, q_len, kv_len, offset, causal, window, kv_heads):
+    """`MaskSpec.of(causal, window)`: both hold (a causal window sees no key past its query, whatever its
+    right side), a two-sided window only without causal."""
     splash = kernel.splash
     q, k, v, dout = _operands(3, 4, kv_heads, q_len, kv_len, seed=q_len)
     mqa = kv_heads == 1
@@ -42,7 +49,7 @@ def test_attend_values_and_gradients(kernel, emulation, q_len, kv_len, offset, w
     ids[1, : kv_len // 4] = 2  # padding at the front
     ids[2, kv_len - kv_len // 5:] = 3  # another document at the end
     q_ids = ids[:, kv_len - q_len:] if q_len != kv_len else ids
-    spec = splash.MaskSpec.of(True, window)
+    spec = splash.MaskSpec.of(causal, window)
 
     def run(q, k, v, dout):  # noqa: ANN001, ANN202
         out, m, lse = splash.attend(q, k, v, q_ids, ids, None, spec=spec, offset=offset)
@@ -51,7 +58,7 @@ def test_attend_values_and_gradients(kernel, emulation, q_len, kv_len, offset, w
     with emulation.interpret_on_cpu("v6e"), kernel.ops.config.cross_compile(True):
         out, grads = jax.jit(run)(q, k, v, dout)
     for b in range(3):
-        allowed = _allowed(offset + np.arange(q_len), kv_len, window, q_ids[b], ids[b])
+        allowed = _allowed(offset + np.arange(q_len), kv_len, window, q_ids[b], ids[b], causal)
         kb, vb = (k[b][None], v[b][None]) if mqa else (k[b], v[b])
         want = attention(q[b], kb, vb, dout[b], allowed, None)
         got = [out[b], grads[0][b], grads[1][b], grads[2][b]]
@@ -88,3 +95,15 @@ def test_attend_at_a_run_time_offset(kernel, emulation, with_sinks):
             denominator = weights.sum(-1, keepdims=True) + (np.exp(sinks[:, None, None] - top) if with_sinks else 0)
             want = np.einsum("hqk,hkd->hqd", weights / denominator, np.repeat(v[b], 2, 0).astype(np.float64))
             np.testing.assert_allclose(np.asarray(out[b]), want, err_msg=f"fill {fill}, row {b}", **TOL)
+
+
+@pytest.mark.kernels_ci
+def test_a_causal_window_stays_causal(kernel):
+    """`MaskSpec.of(causal, window)` names a mask where both hold: a causal window's right side is clipped
+    to 0, a causal window with no left side is causal, and a window without causal is as given."""
+    of, spec = kernel.splash.MaskSpec.of, kernel.splash.MaskSpec
+    assert of(True, (31, 31)) == of(True, (31, None)) == of(True, (31, 0)) == spec("local", 31, 0)
+    assert of(True, (None, 8)) == of(True, None) == spec("causal")
+    assert of(False, (31, 31)) == spec("local", 31, 31) and of(False, None) == spec("full")
+    with pytest.raises(ValueError, match="a local window needs a left or a right size"):
+        of(True, (None, None))

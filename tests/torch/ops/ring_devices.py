@@ -40,6 +40,15 @@ CASES = {
 }
 
 
+# Each rank's shards picked as a rank does (`mesh_coordinate` on the mesh torch-tpu's `get_pallas_mesh`
+# builds, rank r at position r), placed on rank r's device: the ring's axis the major one, so a rank's
+# coordinate on it is not its rank. name -> (mesh shape, axis names, options, batch, heads, kv_heads, segments)
+RANK_CASES = {
+    "sp4-dp2-balanced-rank-shards": ((4, 2), ("sp", "dp"), dict(causal=True, batch_axis="dp", load_balanced=True),
+                                     2, 2, 1, True),
+}
+
+
 def _inputs(batch: int, heads: int, kv_heads: int, seq: int, segmented: bool, seed: int) -> list:
     r = np.random.default_rng(seed)
     kv_shape = (batch, seq, DIM) if kv_heads == 0 else (batch, kv_heads, seq, DIM)
@@ -81,10 +90,57 @@ def _errors(got: dict, want: dict) -> dict:
     return report
 
 
+def _rank_shards(tokamax, check: str) -> None:  # noqa: ANN001
+    """Out and logsumexp of each rank, its inputs its own shards (`mesh_coordinate` of each mesh axis on
+    the mesh `get_pallas_mesh` builds, the whole sequence put in the ring's layout with `to_ring_layout`),
+    against the same shards of float64 attention over the whole sequence."""
+    from torch_tpu._internal.pallas._mock_device import _PallasDevice
+
+    shape, names, options, batch, heads, kv_heads, segmented = RANK_CASES[check]
+    ranks = int(np.prod(shape))
+    pallas_mesh = jax.sharding.Mesh(np.array([_PallasDevice(id=i, process_index=i, device_kind="TPU v6 lite")
+                                              for i in range(ranks)]).reshape(shape), names)
+    devices = jax.devices("cpu")[:ranks]  # rank r's chip, at position r as in get_pallas_mesh
+    mesh = jax.sharding.Mesh(np.array(devices).reshape(shape), names)
+    ops = tokamax.torch_ops
+    ring = ops.ring_attention_ops(mesh, **options)
+    size, balanced, batch_axis = mesh.shape["sp"], options.get("load_balanced", False), options["batch_axis"]
+    q, k, v, ids, dout = _inputs(batch, heads, kv_heads, LOCAL * size * (2 if balanced else 1), segmented,
+                                 len(check))
+
+    def shard(x: np.ndarray, rank: int, seq_dim: int) -> np.ndarray:  # what rank `rank` passes
+        laid = ops.to_ring_layout(torch.from_numpy(np.asarray(x)), size, dim=seq_dim, load_balanced=balanced)
+        mine = laid.chunk(size, dim=seq_dim)[ops.mesh_coordinate(pallas_mesh, "sp", rank)]
+        return mine.chunk(mesh.shape[batch_axis], dim=0)[ops.mesh_coordinate(pallas_mesh, batch_axis, rank)].numpy()
+
+    def global_array(x: np.ndarray, spec, seq_dim: int) -> jax.Array:  # noqa: ANN001 - each rank's shard on its chip
+        return jax.make_array_from_single_device_arrays(
+            x.shape, jax.sharding.NamedSharding(mesh, spec),
+            [jax.device_put(shard(x, r, seq_dim), devices[r]) for r in range(ranks)])
+
+    layout = ring.layout
+    args = [global_array(q, layout.q, 2), global_array(k, layout.kv, 2), global_array(v, layout.kv, 2),
+            global_array(ids, layout.ids, 1)]
+    with tokamax.emulation.interpret_on_cpu("v6e"):
+        out, lse = jax.jit(ring.forward_fn)(*args)
+    want = _reference(q, k, v, ids, dout, options["causal"])
+
+    def per_rank(x: jax.Array) -> np.ndarray:  # each rank's output, in rank order
+        held = {s.device: np.asarray(s.data) for s in x.addressable_shards}
+        return np.stack([held[devices[r]] for r in range(ranks)])
+
+    got = {"out": per_rank(out), "lse": per_rank(lse)}
+    expected = {name: np.stack([shard(want[name], r, 2) for r in range(ranks)]) for name in got}
+    host_devices.report(check, devices=len(jax.devices("cpu")), errors=_errors(got, expected))
+
+
 def main() -> int:
     os.environ["LOCAL_KERNELS"] = f"kernels-community/tokamax={REPO / 'build/torch-tpu'}"
     tokamax = kernels.get_kernel("kernels-community/tokamax", version=1)
     for check in CHECKS:
+        if check in RANK_CASES:
+            _rank_shards(tokamax, check)
+            continue
         shape, names, options, batch, heads, kv_heads, segmented, backward = CASES[check]
         mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:int(np.prod(shape))]).reshape(shape), names)
         ring = tokamax.torch_ops.ring_attention_ops(mesh, **options)

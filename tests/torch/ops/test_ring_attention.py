@@ -15,7 +15,10 @@ No TPU and no torch-tpu collectives here, so the op is checked where each part c
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import re
+import subprocess
 import sys
 
 import jax
@@ -70,6 +73,26 @@ def test_ring_of_one_chip_on_cpu_tensors_matches_float64(ops, causal, batch, hea
     ref = reference.attention(q64, kk, vv, allowed)
     torch.testing.assert_close(out.double(), ref.detach(), **TOL)
     cotangent = checks.randn(*out.shape, seed=4)
+    (out * cotangent).sum().backward()
+    (ref * cotangent.double()).sum().backward()
+    for name, got, want in zip("qkv", leaves, (q64, k64, v64), strict=True):
+        torch.testing.assert_close(got.grad.double(), want.grad, **TOL, msg=lambda m, n=name: f"d{n}: {m}")
+
+
+def test_a_window_on_the_causal_ring_sees_no_key_ahead(ops):
+    """causal=True (the default) with a window (64, 64): both hold, keys in [p - 64, p] (before, the window
+    replaced causal and each query saw 64 keys ahead); values and gradients as float64 attention."""
+    q = checks.randn(1, 2, 256, 128, seed=5, scale=128**-0.5)
+    k, v = checks.randn(1, 1, 256, 128, seed=6, scale=128**-0.5), checks.randn(1, 1, 256, 128, seed=7)
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    out = ops.ring_attention(q, k, v, mesh=_cpu_mesh(), window=(64, 64))
+    positions = torch.arange(256)[None]
+    allowed = reference.allowed(positions, 256, kind="causal") & reference.allowed(positions, 256, kind="local",
+                                                                                   window=(64, 64))
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in leaves)
+    ref = reference.attention(q64, k64, v64, allowed)
+    torch.testing.assert_close(out.double(), ref.detach(), **TOL)
+    cotangent = checks.randn(*out.shape, seed=8)
     (out * cotangent).sum().backward()
     (ref * cotangent.double()).sum().backward()
     for name, got, want in zip("qkv", leaves, (q64, k64, v64), strict=True):
@@ -255,15 +278,18 @@ STALL_S = 300
 _ALL = {"out", "lse", "dq", "dk", "dv"}
 DEVICE_CHECKS = {"ring8-causal-gqa-segments": _ALL, "dp2-ring4-full-mqa": {"out", "lse"},
                  "tp2-ring4-causal-mqa": _ALL, "ring8-balanced-causal-gqa-segments": _ALL,
-                 "ring4-balanced-window-mqa": _ALL, "ring4-window": _ALL}
+                 "ring4-balanced-window-mqa": _ALL, "ring4-window": _ALL,
+                 "sp4-dp2-balanced-rank-shards": {"out", "lse"}}
 
 
 def test_exported_functions_on_8_host_devices_match_float64_attention(tokamax):
     """Over a ring of 8 (causal, GQA, documents cut across shards: out, logsumexp, dq, dk, dv), the same
     load-balanced (head-tail: the sequence laid out by `to_ring_layout`, the outputs put back), a ring of 4
     with a window (plain and load-balanced, MQA), a dp=2 x sp=4 mesh (full, MQA, the batch sharded: out,
-    logsumexp) and a tp=2 x sp=4 mesh (causal, MQA, the heads sharded: dK and dV summed over the head
-    shards) as float64 attention on the whole sequence."""
+    logsumexp), a tp=2 x sp=4 mesh (causal, MQA, the heads sharded: dK and dV summed over the head
+    shards) and an sp=4 x dp=2 mesh, load-balanced, where each rank passes the shards `mesh_coordinate`
+    names on the mesh `get_pallas_mesh` builds (rank r at position r; its sequence shard r // 2, not r)
+    and gets its own output: out and logsumexp as float64 attention on the whole sequence."""
     results = host_devices.run(sys.executable, REPO / "tests/torch/ops/ring_devices.py", list(DEVICE_CHECKS),
                                stall_s=STALL_S, env={"LOCAL_KERNELS": f"kernels-community/tokamax={VARIANT}"})
     for check, result in results.items():
@@ -272,6 +298,82 @@ def test_exported_functions_on_8_host_devices_match_float64_attention(tokamax):
         for name, err in result["errors"].items():
             assert err["excess"] <= 0, (f"{check} {name}: max |diff| {err['max_abs']:.3g} over the tolerance "
                                         f"(reference max {err['max_ref']:.3g})")
+
+
+# (mesh shape, axis names, ring_attention_ops options): layouts that differ in one thing each
+_NAMED = [
+    ((8,), ("sp",), dict(causal=True)), ((8,), ("sp",), dict(causal=False)),
+    ((8,), ("sp",), dict(causal=True, load_balanced=True)), ((8,), ("sp",), dict(causal=True, mqa=True)),
+    ((8,), ("sp",), dict(causal=True, window=(64, 0))), ((8,), ("sp",), dict(causal=True, window=(64, None))),
+    ((8,), ("sp",), dict(causal=False, window=(64, 64))), ((8,), ("sp",), dict(causal=False, window=(None, 64))),
+    ((4,), ("sp",), dict(causal=True)), ((8,), ("ring",), dict(axis_name="ring")),
+    ((2, 4), ("dp", "sp"), dict(batch_axis="dp")), ((4, 2), ("sp", "dp"), dict(batch_axis="dp")),
+    ((2, 4), ("tp", "sp"), dict(head_axis="tp")), ((2, 4), ("tp", "sp"), dict(head_axis="tp", mqa=True)),
+]
+
+# What a fresh process names the layouts, made in the reverse order.
+_NAMES_ELSEWHERE = """
+import json, sys
+import jax, kernels, numpy as np
+from torch_tpu._internal.pallas._mock_device import _PallasDevice
+ops = kernels.get_kernel("kernels-community/tokamax", version=1).torch_ops
+names = {}
+for i, (shape, axes, options) in reversed(list(enumerate(json.loads(sys.argv[1])))):
+    devices = [_PallasDevice(id=d, process_index=d, device_kind="TPU v6 lite") for d in range(int(np.prod(shape)))]
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+    ring = ops.ring_attention_ops(jax.sharding.Mesh(np.array(devices).reshape(shape), tuple(axes)), **options)
+    names[i] = [ring.forward._qualname.split("::")[1], ring.backward._qualname.split("::")[1]]
+print(json.dumps(names))
+"""
+
+
+def _op_names(ops) -> list[list[str]]:  # noqa: ANN001
+    rings = [ops.ring_attention_ops(_tpu_mesh(shape, axes), **options) for shape, axes, options in _NAMED]
+    return [[op._qualname.split("::")[1] for op in (ring.forward, ring.backward)] for ring in rings]
+
+
+@pytest.mark.kernels_ci
+def test_op_names_say_the_options_and_differ_with_them(ops):
+    """Each layout's ops have names of their own (valid Torch op names, from the options), and a mesh made
+    again of the same devices gets the same ops."""
+    names = _op_names(ops)
+    flat = [n for pair in names for n in pair]
+    assert len(set(flat)) == len(flat), flat
+    assert all(re.fullmatch(r"ring_attention_(bwd_)?[A-Za-z0-9_]+", n) for n in flat), flat
+    assert names[0][0].startswith("ring_attention_sp8_ring_sp_mha_causal_contiguous_"), names[0]
+    assert names[10][0].startswith("ring_attention_dp2_sp4_ring_sp_batch_dp_mha_causal_contiguous_"), names[10]
+    assert _op_names(ops) == names  # new Mesh objects of the same devices: the same ops
+
+
+def test_op_names_do_not_depend_on_what_was_made_before(ops):
+    """A saved export names its op: another process making the same layouts in the reverse order (after
+    none of this one's) names each layout's ops as this one does."""
+    names = _op_names(ops)
+    env = {**os.environ, "LOCAL_KERNELS": f"kernels-community/tokamax={VARIANT}"}
+    child = subprocess.run([sys.executable, "-c", _NAMES_ELSEWHERE, json.dumps(_NAMED)], capture_output=True,
+                           text=True, env=env, timeout=300, cwd=REPO)
+    assert child.returncode == 0, child.stderr[-3000:]
+    elsewhere = json.loads(child.stdout.strip().splitlines()[-1])
+    assert [elsewhere[str(i)] for i in range(len(_NAMED))] == names
+
+
+@pytest.mark.kernels_ci
+def test_a_ranks_shard_is_its_coordinate_on_the_rings_axis(ops):
+    """torch-tpu runs rank r on the mesh's device of process_index r (`get_pallas_mesh`: position r,
+    row-major); the shard a rank passes along an axis is that device's coordinate there, its rank only on
+    a mesh of one axis."""
+    minor = _tpu_mesh((2, 4), ("dp", "sp"))
+    assert [ops.mesh_coordinate(minor, "sp", r) for r in range(8)] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert [ops.mesh_coordinate(minor, "dp", r) for r in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    major = _tpu_mesh((4, 2), ("sp", "dp"))
+    assert [ops.mesh_coordinate(major, "sp", r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    reversed_ring = jax.sharding.Mesh(_tpu_mesh((8,), ("sp",)).devices[::-1], ("sp",))
+    assert [ops.mesh_coordinate(reversed_ring, "sp", r) for r in range(8)] == [7, 6, 5, 4, 3, 2, 1, 0]
+    assert ops.mesh_coordinate(_cpu_mesh()) == 0  # this process's rank: 0 outside a distributed job
+    with pytest.raises(ValueError, match=f"tokamax {OP}: rank 8 runs 0 of the mesh's devices"):
+        ops.mesh_coordinate(minor, "sp", 8)
+    with pytest.raises(ValueError, match=rf"tokamax {OP}: axis_name 'tp' is not an axis of the mesh \('dp', 'sp'\)"):
+        ops.mesh_coordinate(minor, "tp", 0)
 
 
 @pytest.mark.kernels_ci

@@ -64,7 +64,18 @@ def test_any_length_unbatched(ops, q_len, kv_len, kind, heads):
     kv_shape = (kv_len, 128) if kv_h == 1 else (kv_h, kv_len, 128)
     k, v = checks.randn(*kv_shape, seed=2, scale=128**-0.5), checks.randn(*kv_shape, seed=3)
     allowed = reference.allowed(offset + torch.arange(q_len), kv_len, kind=kind, window=window)
-    _check(ops, q, k, v, allowed, causal=kind != "full", window=window, q_offset=offset)
+    _check(ops, q, k, v, allowed, causal=kind == "causal", window=window, q_offset=offset)
+
+
+def test_a_window_on_a_causal_call_sees_no_key_ahead(ops):
+    """causal=True (the default) with a window (16, 3): both hold, keys in [p - 16, p] (before, the
+    window replaced causal and queries saw 3 keys ahead)."""
+    q = checks.randn(2, 129, 128, seed=41, scale=128**-0.5)
+    k, v = checks.randn(2, 129, 128, seed=42, scale=128**-0.5), checks.randn(2, 129, 128, seed=43)
+    positions = torch.arange(129)
+    allowed = reference.allowed(positions, 129, kind="causal") & reference.allowed(positions, 129, kind="local",
+                                                                                   window=(16, 3))
+    _check(ops, q, k, v, allowed, window=(16, 3))
 
 
 def test_batch_with_padding_on_either_side_one_kernel_call(ops, tokamax):

@@ -25,7 +25,8 @@ P = jax.sharding.PartitionSpec
 class Layout:
     """How the tensors of one op lie on the mesh: the sequence over `axis` (the ring; each chip's slice
     contiguous, or head-tail with `balanced`), the batch and heads over the other mesh axes (or not
-    sharded: None), K/V with a head axis or multi-query; the mask (causal, full or a window)."""
+    sharded: None), K/V with a head axis or multi-query; the mask (causal or full, and within a window
+    if given: `MaskSpec.of`, a causal window's right side clipped to 0)."""
 
     mesh: jax.sharding.Mesh
     axis: str

@@ -10,9 +10,9 @@ travel round the ring together (`ppermute`; 4 bytes per token for the positions)
 masks by true position. The backward runs upstream's splash backward per call on the global output
 and logsumexp; dq accumulates on its chip, dK/dV accumulators travel with K/V and are home after the
 last step. Blocks and the rest of each kernel's config are upstream's Op's choice for the call's
-shapes (its forward Op and its VJP Op, as upstream's public call picks them), with natural-base
-exponentials (the merge needs them) and the causal-diagonal skips off (they assume positions the
-kernel computes itself).
+shapes (its forward Op and its VJP Op, as upstream's public call picks them, under no autotuning
+result: the ring's ops take none), with natural-base exponentials (the merge needs them) and the
+causal-diagonal skips off (they assume positions the kernel computes itself).
 
 Shapes per chip: q [heads, L, head_dim]; k, v [kv_heads, L, head_dim] or [L, head_dim] (multi-query);
 segment ids int32 [L] each (always given: upstream's kernel compacts its schedule with them).
@@ -20,8 +20,11 @@ segment ids int32 [L] each (always given: upstream's kernel compacts its schedul
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import importlib
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -82,6 +85,20 @@ def _tuned(config: Any, **blocks: Any) -> Any:
                                   "qk_diag_skip": False, "sv_diag_skip": False})
 
 
+@contextlib.contextmanager
+def _no_result() -> Iterator[None]:
+    """Upstream's config choice without any applied autotuning result (its shipped table, else its
+    heuristics). The ring's ops take no result: the Torch op's exports are not keyed by one and its
+    backward is traced apart from its forward, so an entry of the same key (a windowed or offset splash
+    call of these shapes) would reach whichever trace ran inside a `tuning.use` block, and not the rest."""
+    stack = importlib.import_module(".._ported._src.ops.op", __package__).AUTOTUNING_CACHE_OVERLAY_STACK
+    reset = stack.set(())
+    try:
+        yield
+    finally:
+        stack.reset(reset)
+
+
 def _stand_in(plan: Plan, q: jax.Array, run_len: int) -> Any:
     return plan.spec.stand_in((q.shape[1], run_len), None)
 
@@ -94,8 +111,9 @@ def forward_config(plan: Plan, q: jax.Array, k: jax.Array, v: jax.Array, q_ids: 
     """The forward kernels' SplashConfig: upstream's forward Op's choice for one call."""
     k_run, v_run, ids_run = (_run(plan, x, 0) for x in (k, v, kv_ids))
     args = _upstream.op_arguments((q_ids, ids_run), None, plan.mqa, None)
-    config = _upstream.bind_as_public(_upstream.forward_op(), _stand_in(plan, q, ids_run.shape[0]), q, k_run, v_run,
-                                      **args, return_residuals=True).default_config
+    with _no_result():
+        config = _upstream.bind_as_public(_upstream.forward_op(), _stand_in(plan, q, ids_run.shape[0]), q, k_run,
+                                          v_run, **args, return_residuals=True).default_config
     return _tuned(config, block_q_dkv=None, block_kv_dkv=None, block_kv_dkv_compute=None)
 
 
@@ -104,8 +122,9 @@ def backward_config(plan: Plan, q: jax.Array, k: jax.Array, v: jax.Array, q_ids:
     """The backward kernels' SplashConfig: upstream's VJP Op's choice for one call."""
     k_run, v_run, ids_run = (_run(plan, x, 0) for x in (k, v, kv_ids))
     args = _upstream.op_arguments((q_ids, ids_run), None, plan.mqa, None)
-    config = _upstream.vjp_op().bind((lse, lse), out, dout, q, k_run, v_run, mask=_stand_in(plan, q, ids_run.shape[0]),
-                                     **args).default_config
+    with _no_result():
+        config = _upstream.vjp_op().bind((lse, lse), out, dout, q, k_run, v_run,
+                                         mask=_stand_in(plan, q, ids_run.shape[0]), **args).default_config
     return _tuned(config, block_q=config.block_q_dkv, block_kv=config.block_kv_dkv,
                   block_kv_compute=config.block_kv_dkv_compute)
 

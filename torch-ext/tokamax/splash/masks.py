@@ -42,10 +42,15 @@ class MaskSpec:
 
     @classmethod
     def of(cls, causal: bool, window: tuple[int | None, int | None] | None) -> MaskSpec:
-        """The mask a call names: a window if given, else causal or full."""
-        if window is not None:
-            return cls("local", window[0], window[1])
-        return cls("causal") if causal else cls("full")
+        """The mask a call names, `causal` and `window` both holding: causal (keys <= p) or full, and
+        within a window (left, right) if given. A causal window clips its right side to 0 (keys in
+        [p - left, p]; a two-sided window needs causal=False), and one with no left side is causal."""
+        if window is None:
+            return cls("causal") if causal else cls("full")
+        local = cls("local", window[0], window[1])  # checks the sides
+        if not causal:
+            return local
+        return cls("causal") if local.left is None else cls("local", local.left, 0)
 
     @property
     def bounds(self) -> tuple[int | None, int | None]:

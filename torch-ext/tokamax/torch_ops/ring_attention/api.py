@@ -5,6 +5,7 @@ the argument."""
 from __future__ import annotations
 
 import jax
+import numpy as np
 import torch
 
 from ...ring import layout as ring_layout
@@ -18,13 +19,39 @@ def _world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
+def _check_mesh(mesh: jax.sharding.Mesh) -> None:
+    if not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(f"tokamax {OP}: mesh must be a jax.sharding.Mesh (on a TPU host: "
+                        f"torch.tpu.pallas.get_pallas_mesh), got {type(mesh).__name__}")
+
+
+def mesh_coordinate(mesh: jax.sharding.Mesh, axis_name: str = "sp", rank: int | None = None) -> int:
+    """Which shard along `axis_name` rank `rank` (default: this process's) passes: the coordinate on that
+    axis of its chip's place in `mesh`. torch-tpu runs rank r on the mesh's device whose process_index is
+    r (`get_pallas_mesh` puts it at position r, row-major), so on a mesh of several axes r is not the
+    shard: on `get_pallas_mesh(("dp", "sp"), (2, 4))` rank 5 passes sequence shard 1 (`"sp"`) of batch
+    shard 1 (`"dp"`), on `(("sp", "dp"), (4, 2))` sequence shard 2 of batch shard 1."""
+    _check_mesh(mesh)
+    if axis_name not in mesh.axis_names:
+        raise ValueError(f"tokamax {OP}: axis_name {axis_name!r} is not an axis of the mesh {mesh.axis_names}")
+    if rank is None:
+        dist = torch.distributed
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    if not isinstance(rank, (int, np.integer)) or isinstance(rank, bool) or rank < 0:
+        raise ValueError(f"tokamax {OP}: rank must be an int >= 0, got {rank!r}")
+    places = [i for i, device in enumerate(mesh.devices.flat) if getattr(device, "process_index", None) == rank]
+    if len(places) != 1:
+        raise ValueError(f"tokamax {OP}: rank {rank} runs {len(places)} of the mesh's devices (by their "
+                         "process_index), not one; torch-tpu runs one process per chip: pass the mesh "
+                         "torch.tpu.pallas.get_pallas_mesh builds")
+    return int(np.unravel_index(places[0], mesh.devices.shape)[mesh.axis_names.index(axis_name)])
+
+
 def _layout(mesh: jax.sharding.Mesh, axis_name: str, batch_axis: str | None, head_axis: str | None, mqa: bool,
             causal: bool, load_balanced: bool = False, window: tuple[int | None, int | None] | None = None
             ) -> sharded.Layout:
     """The mesh's layout, checked: a Mesh, each named axis in it once, every axis of it named."""
-    if not isinstance(mesh, jax.sharding.Mesh):
-        raise TypeError(f"tokamax {OP}: mesh must be a jax.sharding.Mesh (on a TPU host: "
-                        f"torch.tpu.pallas.get_pallas_mesh), got {type(mesh).__name__}")
+    _check_mesh(mesh)
     named = {"axis_name": axis_name, "batch_axis": batch_axis, "head_axis": head_axis}
     for name, axis in named.items():
         if axis is not None and axis not in mesh.axis_names:
@@ -98,16 +125,18 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mesh: j
     Each rank passes its shard of the sequence: q [batch, heads, local_len, head_dim], k, v [batch,
     kv_heads, local_len, head_dim] (kv_heads dividing heads) or [batch, local_len, head_dim] (multi-query);
     K/V shards travel round the ring (with their positions), and each rank gets its queries' output
-    [batch, heads, local_len, head_dim]. Rank r holds positions [r * local_len, (r + 1) * local_len) of
-    `axis_name` (local_len a multiple of 128), or, with `load_balanced`, the head-tail layout: chunks r and
-    2 N - 1 - r of local_len / 2 tokens (each a multiple of 128), so that every rank computes the same
+    [batch, heads, local_len, head_dim]. The rank at coordinate c of `axis_name` (`mesh_coordinate(mesh,
+    axis_name)`: its rank only on a mesh of that one axis) holds positions [c * local_len, (c + 1) *
+    local_len) (local_len a multiple of 128), or, with `load_balanced`, the head-tail layout: chunks c and
+    2 N - 1 - c of local_len / 2 tokens (each a multiple of 128), so that every rank computes the same
     number of causal blocks at every step; `to_ring_layout` / `from_ring_layout` put a whole sequence
     into that layout and outputs back. `mesh` spans every rank (torch-tpu's `get_pallas_mesh`); its other
-    axes shard the batch (`batch_axis`) or the heads (`head_axis`). Causal over the whole sequence
-    (default) or full, or a local `window` (left, right) of positions; `segment_ids` (int32 [batch,
-    local_len], this rank's shard) keep attention within equal ids. No mask array is built, for any
-    length. Differentiable in q, k and v. The ops are made per mesh and options on first use: make them
-    before `torch.compile` with `ring_attention_ops`.
+    axes shard the batch (`batch_axis`) or the heads (`head_axis`), each rank passing the shard of its
+    coordinate there. Causal over the whole sequence (default) or full; a local `window` (left, right) of
+    positions within it (causal: keys in [p - left, p], the right side clipped to 0; a two-sided window
+    needs causal=False); `segment_ids` (int32 [batch, local_len], this rank's shard) keep attention
+    within equal ids. No mask array is built, for any length. Differentiable in q, k and v. The ops are
+    made per mesh and options on first use: make them before `torch.compile` with `ring_attention_ops`.
     """
     mqa = _check_tensors(q, k, v, segment_ids, load_balanced)
     layout = _layout(mesh, axis_name, batch_axis, head_axis, mqa, causal, load_balanced, window)
@@ -127,9 +156,10 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mesh: j
 
 def to_ring_layout(x: torch.Tensor, ring_size: int, dim: int = -1, load_balanced: bool = True) -> torch.Tensor:
     """A whole sequence (tokens, position ids, shifted labels, segment ids, q/k/v, ...) along `dim`, laid
-    out for a ring of `ring_size` ranks (`load_balanced`: head-tail; else as it is); rank r's shard is then
-    `.chunk(ring_size, dim)[r]`. Shift labels before: a mean or sum loss over the laid-out tokens is the
-    same loss."""
+    out for a ring of `ring_size` ranks (`load_balanced`: head-tail; else as it is); a rank's shard is then
+    `.chunk(ring_size, dim)[mesh_coordinate(mesh, axis_name)]` (its coordinate on the ring's axis, which is
+    its rank only on a mesh of that one axis). Shift labels before: a mean or sum loss over the laid-out
+    tokens is the same loss."""
     order = ring_layout.order(x.shape[dim], ring_size, load_balanced)
     return x.index_select(dim, torch.as_tensor(order, device=x.device))
 

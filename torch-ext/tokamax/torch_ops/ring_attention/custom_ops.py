@@ -5,6 +5,10 @@ registers an op.
 - forward: (q, k, v, segment_ids) -> (out, logsumexp), this rank's shards; autograd runs backward.
 - backward: (q, k, v, segment_ids, out, logsumexp, dout) -> (dq, dk, dv).
 
+Each pair is named by its layout (`op_names`: the mesh's axes and sizes, the ring, batch and head axes,
+multi-query, the mask, the layout, and a digest of all that and the mesh's devices), so a process
+names the same layout's ops alike whatever else it made first, and a saved export finds its own.
+
 Specs go one per positional argument (torch-tpu pairs arguments and specs with `zip`, so a short list
 drops the trailing arguments from the export); outputs get specs too (else torch-tpu sizes them globally).
 CPU tensors run a ring of one chip (a mesh of size 1, on JAX's CPU device, interpret mode); a larger
@@ -14,8 +18,9 @@ ring needs torch-tpu's collectives, which only TPU tensors have.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
-import itertools
+import re
 from typing import Any
 
 import jax
@@ -40,7 +45,34 @@ class RingOps:
 
 
 _OPS: dict[sharded.Layout, RingOps] = {}
-_COUNTER = itertools.count()
+_BY_NAME: dict[str, RingOps] = {}
+
+
+def _word(value: Any) -> str:
+    """`value` as a piece of a Torch op name (letters, digits and underscores)."""
+    return re.sub(r"[^A-Za-z0-9]", "_", str(value))
+
+
+def op_names(layout: sharded.Layout) -> tuple[str, str]:
+    """The forward and backward ops' names for `layout`, from its options alone, e.g.
+    `ring_attention_dp2_sp4_ring_sp_batch_dp_mha_causal_balanced_<digest>`: the readable part says the
+    options, the digest (sha256 of every field and the mesh's devices, by platform, kind and id in mesh
+    order) keeps two layouts that read alike apart."""
+    mesh = layout.mesh
+    window = "" if layout.window is None else "_window_" + "_".join("none" if w is None else str(w)
+                                                                    for w in layout.window)
+    parts = ["_".join(f"{_word(name)}{size}" for name, size in mesh.shape.items()), f"ring_{_word(layout.axis)}",
+             *([f"batch_{_word(layout.batch_axis)}"] if layout.batch_axis is not None else []),
+             *([f"heads_{_word(layout.head_axis)}"] if layout.head_axis is not None else []),
+             "mqa" if layout.mqa else "mha", ("causal" if layout.causal else "full") + window,
+             "balanced" if layout.balanced else "contiguous"]
+    devices = [(d.platform, getattr(d, "device_kind", ""), int(d.id)) for d in mesh.devices.flat]
+    fields = (tuple(mesh.axis_names), tuple(mesh.devices.shape), repr(getattr(mesh, "axis_types", None)), devices,
+              layout.axis, layout.batch_axis, layout.head_axis, layout.mqa, layout.causal, layout.balanced,
+              layout.window)
+    digest = hashlib.sha256(repr(fields).encode()).hexdigest()[:10]
+    suffix = "_".join([*parts, digest])
+    return f"{OP}_{suffix}", f"{OP}_bwd_{suffix}"
 
 
 def _cpu_twin(layout: sharded.Layout) -> sharded.Layout:
@@ -75,19 +107,22 @@ def ops_for(layout: sharded.Layout) -> RingOps:
             f"tokamax {OP}: the op for this mesh and these options is made on first use, which cannot happen "
             f"inside torch.compile; call tokamax.torch_ops.ring_attention_ops(mesh, ...) with the same mesh and "
             f"options (or ring_attention once) before compiling")
-    index = next(_COUNTER)
+    forward_name, backward_name = op_names(layout)
+    if forward_name in _BY_NAME:  # a mesh equal in every named field and device (another Mesh object)
+        _OPS[layout] = _BY_NAME[forward_name]
+        return _OPS[layout]
     cpu_forward, cpu_backward = _cpu_functions(layout)
     q, kv, rows, ids = layout.q, layout.kv, layout.rows, layout.ids
     forward_fn, backward_fn = sharded.forward(layout), sharded.backward(layout)
-    forward = register(f"{OP}_{index}", forward_fn, cpu_fn=cpu_forward, mesh=layout.mesh,
+    forward = register(forward_name, forward_fn, cpu_fn=cpu_forward, mesh=layout.mesh,
                        input_partition_specs=_specs(forward_fn, (q, kv, kv, ids)), output_partition_specs=(q, rows))
-    backward = register(f"{OP}_bwd_{index}", backward_fn, cpu_fn=cpu_backward, mesh=layout.mesh,
+    backward = register(backward_name, backward_fn, cpu_fn=cpu_backward, mesh=layout.mesh,
                         input_partition_specs=_specs(backward_fn, (q, kv, kv, ids, q, rows, q)),
                         output_partition_specs=(q, kv, kv))
     forward.register_fake(_forward_fake)
     backward.register_fake(_backward_fake)
     forward.register_autograd(_make_backward(backward), setup_context=_setup)
-    _OPS[layout] = RingOps(layout, forward, backward, forward_fn, backward_fn)
+    _OPS[layout] = _BY_NAME[forward_name] = RingOps(layout, forward, backward, forward_fn, backward_fn)
     return _OPS[layout]
 
 

@@ -97,10 +97,12 @@ def splash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     or all with a leading batch dimension (one kernel call for the batch); q's heads a multiple of k's
     (grouped-query attention); any q_len and kv_len (padded inside, the padding masked).
 
-    Mask: causal (default), full (`causal=False`), or a local window `(left, right)` of keys each side
-    of a query (None: unbounded). Query i sits at key position `q_offset + i` (upstream's mask offset;
-    0: top-left aligned, as torch's SDPA). `q_offset` may be an int32 tensor of one value, read at run
-    time: one export then serves every value (a KV cache's fill level), forward only. `segment_ids`
+    Mask: causal (default) or full (`causal=False`), and within a local window `(left, right)` of keys
+    each side of a query if given (None: unbounded); with causal the window's right side is clipped to
+    0 (keys in [p - left, p]), a two-sided window needs `causal=False`. Query i sits at key position
+    `q_offset + i` (upstream's mask offset; 0: top-left aligned, as torch's SDPA). `q_offset` may be an
+    int32 tensor of one value, read at run time: one export then serves every value (a KV cache's fill
+    level), forward only. `segment_ids`
     (int32 [batch?, len]; one tensor when q_len == kv_len, else a (q_ids, kv_ids) pair) keeps attention
     within equal ids (padding, packed documents); `soft_cap` caps logits as `cap * tanh(x / cap)`;
     `sinks` (float [heads], differentiable) adds a per-head sink logit to each softmax denominator.
