@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import emulation
+from .files import write_whole
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,9 +68,8 @@ class Recording:
             return {"static": a}
 
         data = [{"op": c.op, "args": [arg(a) for a in c.args]} for c in self.calls]
-        path = Path(path)
-        path.write_text(json.dumps({"tokamax_recording": 1, "calls": data}, indent=1))
-        return path
+        return write_whole(path, json.dumps({"tokamax_recording": 1, "calls": data}, indent=1),
+                           "tokamax tuning: Recording.save")
 
     @classmethod
     def load(cls, path: str | Path) -> Recording:
@@ -224,8 +224,7 @@ def tune_recording(recording: Recording | str | Path, *, out: str | Path | None 
     result = api.AutotuningResult(device_kind, tuple(data))
     path = None
     if out is not None:
-        path = Path(out)
-        path.write_text(result.dumps(prune_errors=True))
+        path = write_whole(out, result.dumps(prune_errors=True), "tokamax tuning: the result file")
     return Tuned(result, path, entries, skipped, device_kind, len(recording.calls))
 
 
