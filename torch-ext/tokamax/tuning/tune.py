@@ -22,10 +22,13 @@ tunes them in a process where JAX holds the chip. A CPU host does it all in one 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import importlib
 import json
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,25 +142,61 @@ def _chip_context(chip: str, interpret: bool = True) -> Any:
     return stack
 
 
+# One tune at a time in a process: the chip context swaps process-wide state on a host without a TPU (the
+# emulated chip, the interpreter's grid semantics), which two tunes at once would undo under each other.
+_TUNING = threading.RLock()
+_SEEN: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("tokamax_tune_seen", default=None)
+
+
+class _Recorder:
+    """`BoundArguments.default_config` recording each bound arguments it is asked for into the list of the
+    context that is tracing for `bound_arguments` (none elsewhere: other threads' traces are not recorded).
+    Installed on the class while any `bound_arguments` runs, counted, and the class's own otherwise."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+        self._original: Any = None
+
+    def _config(self, ba: Any) -> Any:
+        config = self._original.fget(ba)
+        seen = _SEEN.get()
+        if seen is not None:
+            seen.append(ba)
+        return config
+
+    @contextlib.contextmanager
+    def recording(self, cls: type) -> Iterator[list[Any]]:
+        with self._lock:
+            if self._count == 0:
+                self._original = cls.__dict__["default_config"]
+                cls.default_config = property(self._config)
+            self._count += 1
+        seen: list[Any] = []
+        reset = _SEEN.set(seen)
+        try:
+            yield seen
+        finally:
+            _SEEN.reset(reset)
+            with self._lock:
+                self._count -= 1
+                if self._count == 0:
+                    cls.default_config = self._original
+
+
+_RECORDER = _Recorder()
+
+
 def bound_arguments(call: Any, chip: str) -> list[Any]:
-    """The bound arguments of every upstream Op whose config `call` asks for when traced for `chip`."""
+    """The bound arguments of every upstream Op whose config `call` asks for when traced for `chip` (in this
+    thread: what other threads trace meanwhile is not theirs)."""
     import jax
 
     op_lib = _op_lib()
-    seen: list[Any] = []
-    prop = op_lib.BoundArguments.default_config
-
-    def recorded(self: Any) -> Any:
-        seen.append(self)
-        return prop.fget(self)
-
-    op_lib.BoundArguments.default_config = property(recorded)
     statics = tuple(i for i, a in enumerate(call.args) if not hasattr(a, "shape") and a is not None)
-    try:
-        with _chip_context(chip):  # a function of its own: JAX's tracing cache would skip an earlier call's trace
-            jax.jit(lambda *args: call.jax_fn(*args), static_argnums=statics).trace(*call.args)
-    finally:
-        op_lib.BoundArguments.default_config = prop
+    with _TUNING, _RECORDER.recording(op_lib.BoundArguments) as seen, _chip_context(chip):
+        # a function of its own: JAX's tracing cache would skip an earlier call's trace
+        jax.jit(lambda *args: call.jax_fn(*args), static_argnums=statics).trace(*call.args)
     adapter = op_lib.BOUND_ARGS_ADAPTER
     out = []
     for ba in seen:  # as upstream writes them into the HLO: no config, no VJP, abstract arrays
@@ -179,10 +218,16 @@ def tune_recording(recording: Recording | str | Path, *, out: str | Path | None 
                    max_configs: int | None = None, progress_bar: bool = True) -> Tuned:
     """Autotunes the calls of `recording` (or of a saved one) on `chip` (default: JAX's TPU, else the CPU
     host's emulated chip, `emulation.cpu_chip()`), each with at most `max_configs` candidates (all by
-    default; the heuristic's always among them), and writes the result to `out` if given."""
+    default; the heuristic's always among them), and writes the result to `out` if given. Tunes started
+    at the same time in one process run one after the other."""
     if not isinstance(recording, Recording):
         recording = Recording.load(recording)
-    chip = chip or _chip_of_this_host()
+    with _TUNING:  # a second tune at the same time waits for this one
+        return _tune_recording(recording, out, chip or _chip_of_this_host(), max_configs, progress_bar)
+
+
+def _tune_recording(recording: Recording, out: str | Path | None, chip: str, max_configs: int | None,
+                    progress_bar: bool) -> Tuned:
     api = importlib.import_module(".._ported._src.autotuning.api", __package__)
     device_kind = emulation.CHIPS[chip][0]
     skipped: list[Skipped] = []
