@@ -26,6 +26,7 @@ import contextlib
 import contextvars
 import dataclasses
 import importlib
+import inspect
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -205,6 +206,31 @@ def bound_arguments(call: Any, chip: str) -> list[Any]:
     return out
 
 
+def _mask_shape_only(ba: Any) -> tuple[int, ...] | None:
+    """The shape of `ba`'s mask where upstream's key holds that shape only: a dense boolean mask (what
+    splash attention binds for a window, a causal offset but 0, a run-time offset: `MaskSpec.stand_in`)."""
+    bool_mask = getattr(ba.arguments.get("mask"), "bool_mask", None)
+    return None if bool_mask is None else tuple(bool_mask.shape)
+
+
+def _described(call: Any) -> str:
+    """`op(name=value, ...)` of a recorded call's static arguments (its token left out)."""
+    try:
+        names = list(inspect.signature(call.jax_fn).parameters)[:len(call.args)]
+    except (TypeError, ValueError):
+        names = [f"arg{i}" for i in range(len(call.args))]
+    statics = [f"{n}={a!r}" for n, a in zip(names, call.args, strict=False)
+               if not hasattr(a, "shape") and a is not None and n != "autotuning"]
+    return f"{call.op}({', '.join(statics)})"
+
+
+def _shared_reason(key: tuple, ba: Any, own: str, calls: list[str]) -> str:
+    shape = "x".join(map(str, _mask_shape_only(ba)))
+    return (f"not timed on its own mask: {own}: {key[0]} keys its mask as a dense {shape} boolean mask, the shape "
+            f"only (upstream's key), so the one entry written for that key was timed on a random mask of that "
+            f"shape, and the file applies it to every call of that key: {'; '.join(dict.fromkeys(calls))}")
+
+
 def _candidates(ba: Any, limit: int | None) -> set[Any]:
     configs = ba.autotuning_configs
     if limit is None or len(configs) <= limit:
@@ -232,6 +258,7 @@ def _tune_recording(recording: Recording, out: str | Path | None, chip: str, max
     device_kind = emulation.CHIPS[chip][0]
     skipped: list[Skipped] = []
     pending: dict[tuple, tuple[str, Any]] = {}
+    shape_keyed: dict[tuple, list[tuple[str, str]]] = {}  # key -> (op, call) a mask keyed by shape brought to it
     for call in recording.calls:
         pinned = getattr(call.jax_fn, "pinned_chip", None)
         if pinned is not None and pinned != chip:
@@ -243,6 +270,8 @@ def _tune_recording(recording: Recording, out: str | Path | None, chip: str, max
                                             "raw kernel call)"))
         for ba in found:
             key = (type(ba.op).__name__, ba.autotuning_cache_key)
+            if _mask_shape_only(ba) is not None:
+                shape_keyed.setdefault(key, []).append((call.op, _described(call)))
             if key in pending:
                 continue
             with _chip_context(chip):
@@ -252,12 +281,12 @@ def _tune_recording(recording: Recording, out: str | Path | None, chip: str, max
                                                 "heuristic"))
                 continue
             pending[key] = (call.op, ba)
-    data, entries = [], {}
-    items: Iterable[Any] = pending.values()
+    data, entries, written = [], {}, set()
+    items: Iterable[Any] = pending.items()
     if progress_bar:  # upstream's bar (tqdm where installed, else none)
         progress = importlib.import_module(".._ported._src.autotuning.progress", __package__)
         items = progress.bar(list(items), desc="tokamax tuning", unit=" op calls")
-    for op, ba in items:
+    for key, (op, ba) in items:
         with _chip_context(chip):
             tuned = ba.autotune(_candidates(ba, max_configs), cache_results=False)
         failures = [v for v in tuned.values() if isinstance(v, BaseException)]
@@ -266,6 +295,9 @@ def _tune_recording(recording: Recording, out: str | Path | None, chip: str, max
             continue
         data.append((ba, tuned))
         entries[op] = entries.get(op, 0) + 1
+        written.add(key)
+    skipped += [Skipped(op, _shared_reason(key, pending[key][1], own, [c for _, c in shared]))
+                for key, shared in shape_keyed.items() if key in written for op, own in dict.fromkeys(shared)]
     result = api.AutotuningResult(device_kind, tuple(data))
     path = None
     if out is not None:
