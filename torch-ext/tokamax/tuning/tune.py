@@ -7,13 +7,16 @@
 2. Bind: trace each recorded call's JAX function, as it would be exported, without a result, and
    collect the bound arguments of every upstream Op whose config it asks for (upstream's
    `get_bound_args` reads the Ops' HLO payloads and misses the calls that pick a config without
-   one, such as splash's); a shape seen twice is tuned once.
+   one, such as splash's); a shape seen twice is tuned once. Only the tuning thread's traces count
+   (a recorder on `BoundArguments.default_config` keyed by context), and tunes run one at a time.
 3. Tune: each with upstream's machinery (`BoundArguments.autotune`), on the chip the step runs on:
    JAX's TPU, or on a host without one the emulated chip in Pallas interpret mode (the timings then
    mean nothing; the machinery runs). An Op with one candidate only, or none, is listed as skipped,
-   and so is a call that no upstream Op serves (this kernel's own LM-head kernels, the raw gmm_v2).
-4. Write: one `AutotuningResult` file, which `tuning.use(path)` or `TOKAMAX_AUTOTUNING_RESULT=path`
-   then applies to the same model's calls.
+   and so is a call that no upstream Op serves (this kernel's own LM-head kernels, the raw gmm_v2),
+   and a call whose mask upstream's key holds by its shape only (splash's windows, causal offsets but
+   0, run-time offsets: one entry, timed on a random mask, serves them all; the reason names them).
+4. Write: one `AutotuningResult` file, whole or not at all, which `tuning.use(path)` or
+   `TOKAMAX_AUTOTUNING_RESULT=path` then applies to the same model's calls.
 
 On a TPU VM the chip belongs to torch-tpu while the step runs, and upstream's machinery times
 candidates with JAX: `record(step)` saves the calls (`Recording.save`), and `tune_recording(path)`
