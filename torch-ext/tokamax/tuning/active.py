@@ -44,7 +44,9 @@ class Applied:
 
 _REGISTRY: dict[str, Applied] = {}
 _STACK: contextvars.ContextVar[tuple[Applied, ...]] = contextvars.ContextVar("tokamax_tuning", default=())
-_OPEN: list[tuple[object, Applied]] = []  # (block, result) of every block open in the process, in the order opened
+# (block, result) of every block open in the process, in the order opened: a tuple replaced whole under the
+# lock, so that a call reads it without taking the lock
+_OPEN: tuple[tuple[object, Applied], ...] = ()
 _OPEN_LOCK = threading.Lock()
 _FROM_ENVIRONMENT: dict[tuple[str, int, int], Applied] = {}
 
@@ -84,9 +86,8 @@ def current() -> Applied | None:
     stack = _STACK.get()
     if stack:
         return stack[-1]
-    with _OPEN_LOCK:
-        found = _OPEN[-1][1] if _OPEN else None
-    return found if found is not None else _from_environment()
+    blocks = _OPEN
+    return blocks[-1][1] if blocks else _from_environment()
 
 
 def token() -> str:
@@ -148,16 +149,17 @@ def use(result: Any) -> Iterator[Applied]:
         key = _token(result.dumps(prune_errors=True).encode())
         found = _REGISTRY.setdefault(key, Applied(result, f"<AutotuningResult for {result.device_kind}>", key))
     _check_chip(found, "tuning.use")
+    global _OPEN
     block = object()
     reset = _STACK.set(_STACK.get() + (found,))
     with _OPEN_LOCK:
-        _OPEN.append((block, found))
+        _OPEN = (*_OPEN, (block, found))
     try:
         with _entered(found):
             yield found
     finally:
         with _OPEN_LOCK:
-            _OPEN[:] = [entry for entry in _OPEN if entry[0] is not block]
+            _OPEN = tuple(entry for entry in _OPEN if entry[0] is not block)
         _STACK.reset(reset)
 
 
