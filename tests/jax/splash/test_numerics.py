@@ -107,3 +107,71 @@ def test_a_causal_window_stays_causal(kernel):
     assert of(False, (31, 31)) == spec("local", 31, 31) and of(False, None) == spec("full")
     with pytest.raises(ValueError, match="a local window needs a left or a right size"):
         of(True, (None, None))
+
+
+def _with_sinks(q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, allowed: np.ndarray,
+                sinks: np.ndarray) -> tuple[np.ndarray, ...]:
+    """float64 attention with a sink per head (an extra logit in each row's softmax that holds no value) and
+    d(sum(out * dout))/d(q, k, v, sinks); layout [heads, length, dim], GQA as `attention`."""
+    heads, kv_heads = q.shape[0], k.shape[0]
+    q, k, v, dout = (x.astype(np.float64) for x in (q, k, v, dout))
+    k, v = np.repeat(k, heads // kv_heads, 0), np.repeat(v, heads // kv_heads, 0)
+    logits = np.where(allowed, np.einsum("hqd,hkd->hqk", q, k), -np.inf)
+    sink = sinks.astype(np.float64)[:, None, None]
+    top = np.maximum(logits.max(-1, keepdims=True), sink)
+    weights, sink_weight = np.exp(logits - top), np.exp(sink - top)
+    total = weights.sum(-1, keepdims=True) + sink_weight
+    p, p_sink = weights / total, (sink_weight / total)[..., 0]
+    out = np.einsum("hqk,hkd->hqd", p, v)
+    dp = np.einsum("hqd,hkd->hqk", dout, v)
+    delta = (dout * out).sum(-1, keepdims=True)  # sum_j p_j dp_j: the sink's own dp is 0
+    dlogits = p * (dp - delta)
+    dq = np.einsum("hqk,hkd->hqd", dlogits, k)
+    dk = np.einsum("hqk,hqd->hkd", dlogits, q).reshape(kv_heads, -1, k.shape[1], q.shape[2]).sum(1)
+    dv = np.einsum("hqk,hqd->hkd", p, dout).reshape(kv_heads, -1, k.shape[1], q.shape[2]).sum(1)
+    dsinks = -(p_sink * delta[..., 0]).sum(-1)
+    return out, dq, dk, dv, dsinks
+
+
+def test_jax_grad_through_attend(kernel, emulation):
+    """A JAX user's `jax.grad` of a loss on `attend`'s output runs upstream's backward (`attend_vjp`), not
+    upstream's kernel VJP (which needs backward blocks `attend` does not set): gradients in q, k, v and
+    the sinks against float64, with GQA, segment ids (padding at the front) and a window at an offset."""
+    splash = kernel.splash
+    q_len, kv_len, offset, window = 40, 72, 32, (31, 0)
+    q, k, v, dout = _operands(2, 4, 2, q_len, kv_len, seed=5)
+    sinks = np.array([-0.5, 0.0, 0.5, 1.0], np.float32)
+    ids = np.ones((2, kv_len), np.int32)
+    ids[1, :9] = 2
+    q_ids = ids[:, kv_len - q_len:]
+    spec = splash.MaskSpec.of(True, window)
+
+    def loss(q, k, v, sinks):  # noqa: ANN001, ANN202
+        out, _, _ = splash.attend(q, k, v, q_ids, ids, sinks, spec=spec, offset=offset)
+        return jnp.sum(out * dout)
+
+    with emulation.interpret_on_cpu("v6e"), kernel.ops.config.cross_compile(True):
+        grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(q, k, v, sinks)
+    want_dsinks = 0.0
+    for b in range(2):
+        allowed = _allowed(offset + np.arange(q_len), kv_len, window, q_ids[b], ids[b])
+        _, *want, dsinks = _with_sinks(q[b], k[b], v[b], dout[b], allowed, sinks)
+        want_dsinks = want_dsinks + dsinks
+        for name, g, w in zip(("dq", "dk", "dv"), grads[:3], want, strict=True):
+            np.testing.assert_allclose(np.asarray(g[b]), w, err_msg=f"{name}[{b}]", **TOL)
+    np.testing.assert_allclose(np.asarray(grads[3]), want_dsinks, err_msg="dsinks", **TOL)
+
+
+def test_jax_grad_through_attend_statistics_is_refused(kernel, emulation):
+    """`attend`'s max_logits and logsumexp are residuals: upstream's backward takes no cotangent for them (its
+    own kernel VJP drops one silently), so a loss through them is refused, naming them, before any number."""
+    splash = kernel.splash
+    q, k, v, _ = _operands(1, 2, 2, 16, 16, seed=1)
+    spec = splash.MaskSpec.of(True, None)
+    for index, name in ((1, "max_logits"), (2, "logsumexp")):
+        def loss(q, index=index):  # noqa: ANN001, ANN202
+            return jnp.sum(splash.attend(q, k, v, None, None, None, spec=spec)[index])
+
+        with emulation.interpret_on_cpu("v6e"), kernel.ops.config.cross_compile(True), \
+                pytest.raises(ValueError, match=rf"tokamax splash\.attend: .*{name}.*splash\.attend_vjp"):
+            jax.grad(loss)(q)

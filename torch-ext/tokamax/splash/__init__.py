@@ -14,7 +14,8 @@ backward pass are upstream's own.
 - `padding`: padding a call to the kernel's lengths, segment ids that mask the padding.
 - `schedule`: the block schedule (upstream's `MaskInfo`) at a fixed offset, from the blocks' positions
   (no O(q_len x kv_len) host work), and the SMEM bound every call is checked against.
-- `fixed_offset`: `attend` / `attend_vjp`: upstream's kernel and backward, differentiable.
+- `fixed_offset`: `attend` / `attend_vjp`: upstream's kernel and backward; `attend` differentiable
+  (`jax.grad`: its backward is `attend_vjp`).
 - `run_time_offset`: `attend_at` (forward only) and `kv_slots_read`, the KV slots a call reads.
 """
 

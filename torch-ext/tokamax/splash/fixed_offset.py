@@ -6,7 +6,9 @@ The block schedule comes from `schedule` (built from the blocks' positions, O(bl
 work, bit-identical to what upstream's `_process_mask` makes of the lazy mask; checked against the
 chip's SMEM first), and the kernel is upstream's `SplashAttentionKernel` built from it as upstream's
 `make_splash_mha` builds it; the backward runs upstream's `_splash_attention_bwd` on the residuals,
-as upstream's VJP Op does. Nothing of upstream's is patched: its public ops run upstream's own mask
+as upstream's VJP Op does. `attend` is differentiable (`jax.grad`, `jax.vjp`): a custom VJP whose
+backward is `attend_vjp` on its residuals (upstream's kernel-level VJP would ask for backward blocks
+the kernel is built without). Nothing of upstream's is patched: its public ops run upstream's own mask
 processing unchanged.
 
 Shapes: q [batch, heads, q_len, head_dim]; k, v [batch, kv_heads, kv_len, head_dim] (kv_heads
@@ -19,6 +21,7 @@ is upstream's kernel-level call exactly (`tests/jax/splash` compares the whole m
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -57,11 +60,10 @@ def _schedule(spec: MaskSpec, shape: tuple[int, int], offset: int, blocks: tuple
     return jax.tree_util.tree_map(jnp.array, info), mask_function, sparsity
 
 
-def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
-           sinks: jax.Array | None, *, spec: MaskSpec, offset: int = 0, soft_cap: float | None = None
-           ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(out [batch, heads, q_len, head_dim_v], max_logits and logsumexp [batch, heads, q_len]) with
-    the lazy mask `spec`, query i at KV position offset + i."""
+def _forward(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
+             sinks: jax.Array | None, spec: MaskSpec, offset: int, soft_cap: float | None
+             ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`attend`'s forward: upstream's kernel with residuals."""
     batch, _, q_len, _ = q.shape
     kv_len, mqa = k.shape[-2], k.ndim == 3
     ids = padding.segments(q_ids, kv_ids, batch, q_len, kv_len)
@@ -135,3 +137,57 @@ def attend_vjp(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None
         q_p, k_p, v_p, ids, out_p, max_p, lse_p, dout_p)
     dq, dk, dv = padding.cut(dq, 2, q_len), padding.cut(dk, -2, kv_len), padding.cut(dv, -2, kv_len)
     return dq, dk, dv, None if dsinks is None else dsinks.sum(0)
+
+
+def _primal(x: Any) -> Any:
+    return x.value if isinstance(x, jax.custom_derivatives.CustomVJPPrimal) else x
+
+
+def _is_zero(x: Any) -> bool:
+    return isinstance(x, jax.custom_derivatives.SymbolicZero)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
+def _differentiable(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
+                    sinks: jax.Array | None, spec: MaskSpec, offset: int, soft_cap: float | None
+                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    return _forward(q, k, v, q_ids, kv_ids, sinks, spec, offset, soft_cap)
+
+
+def _differentiable_fwd(q: Any, k: Any, v: Any, q_ids: Any, kv_ids: Any, sinks: Any, spec: MaskSpec, offset: int,
+                        soft_cap: float | None) -> tuple[tuple, tuple]:
+    operands = tuple(jax.tree_util.tree_map(_primal, x) for x in (q, k, v, q_ids, kv_ids, sinks))
+    result = _forward(*operands, spec, offset, soft_cap)
+    return result, (*operands, *result)
+
+
+def _differentiable_bwd(spec: MaskSpec, offset: int, soft_cap: float | None, residuals: tuple,
+                        cotangents: tuple) -> tuple:
+    q, k, v, q_ids, kv_ids, sinks, out, max_logits, lse = residuals
+    dout, d_max_logits, d_lse = cotangents
+    taken = [name for name, d in (("max_logits", d_max_logits), ("logsumexp", d_lse)) if not _is_zero(d)]
+    if taken:
+        raise ValueError(f"tokamax splash.attend: a gradient through {' and '.join(taken)} was asked for, but "
+                         "max_logits and logsumexp are the backward's residuals: upstream's backward "
+                         "(splash.attend_vjp) takes a cotangent for out only (upstream's kernel VJP would drop "
+                         "theirs silently); differentiate a loss of out, or pass your own cotangents to "
+                         "splash.attend_vjp")
+    if _is_zero(dout):
+        return None, None, None, None, None, None
+    dq, dk, dv, dsinks = attend_vjp(q, k, v, q_ids, kv_ids, sinks, out, max_logits, lse, dout, spec=spec,
+                                    offset=offset, soft_cap=soft_cap)
+    return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None,
+            None if sinks is None else dsinks.astype(sinks.dtype))
+
+
+_differentiable.defvjp(_differentiable_fwd, _differentiable_bwd, symbolic_zeros=True)
+
+
+def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
+           sinks: jax.Array | None, *, spec: MaskSpec, offset: int = 0, soft_cap: float | None = None
+           ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(out [batch, heads, q_len, head_dim_v], max_logits and logsumexp [batch, heads, q_len]) with
+    the lazy mask `spec`, query i at KV position offset + i. Differentiable in q, k, v and the sinks
+    through `out` (`jax.grad`, `jax.vjp`): the backward is `attend_vjp` on these residuals; a gradient
+    through max_logits or logsumexp is refused (upstream's backward takes no cotangent for them)."""
+    return _differentiable(q, k, v, q_ids, kv_ids, sinks, spec, offset, soft_cap)

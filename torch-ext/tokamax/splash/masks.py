@@ -73,7 +73,9 @@ class MaskSpec:
         """The mask argument upstream's public call would bind for this mask (its config choice reads
         the bound arguments): causal at offset 0 and full as upstream's flags, any other mask (an
         offset None is one known only at run time) as the dense boolean array upstream turns it into,
-        here only its shape (the array itself is never built)."""
+        here only its shape (the array itself is never built). Upstream's autotuning key holds that
+        shape only, so every window, causal offset but 0 and run-time offset of one shape share one
+        entry of a result; `tuning.tune` lists such calls as not timed on their own mask."""
         base = _upstream.base()
         if self.kind == "full":
             return base.FULL_MASK

@@ -13,11 +13,19 @@ block is read once per KV head, not once per query head. Sinks are per query hea
 runs without them and each row's sink enters exactly afterwards: out * Z / (Z + exp(sink)) = out *
 sigmoid(lse - sink) from the kernel's logsumexp (upstream's kernel applies sinks per kernel head,
 which would stop the heads from folding). Forward only.
+
+The config is upstream's Op's choice for the call's key, an autotuning result's included, except the
+diagonal skips (`qk_diag_skip`, `sv_diag_skip`): they mask every sub-tile above a partial block's own
+diagonal, which holds only for a causal mask on block-aligned diagonals known when tracing (upstream
+refuses them for any mask but its `CausalMask`). At a run-time offset the partial blocks lie anywhere,
+so a config naming them (a result file, edited or merged: upstream's tuner does not name them for this
+dense-mask key) runs without them, with a warning; its blocks and layouts apply.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import jax
@@ -41,6 +49,17 @@ class _Call:
     rows: int
     block_kv: int
     row_sinks: jax.Array | None  # [kernel heads, rows]: each row's query head's sink
+
+
+def _without_diagonal_skip(config: Any) -> Any:
+    """`config` without the diagonal skips, which a run-time offset breaks (module docstring), saying so."""
+    if not (config.qk_diag_skip or config.sv_diag_skip):
+        return config
+    warnings.warn("tokamax splash attend_at: the config chosen for this call (an autotuning result's) names "
+                  "qk_diag_skip / sv_diag_skip, which assume a causal mask on block-aligned diagonals known when "
+                  "tracing; at a run-time offset the masked keys lie elsewhere, so the call runs without them (the "
+                  "config's blocks and layouts apply)", UserWarning, stacklevel=4)
+    return dataclasses.replace(config, qk_diag_skip=False, sv_diag_skip=False)
 
 
 def _prepare(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
@@ -67,7 +86,8 @@ def _prepare(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, 
     lib, base = _upstream.kernel(), _upstream.base()
     args = _upstream.op_arguments((q_ids[0], kv_ids[0]), None, False, soft_cap)
     stand_in = spec.stand_in((rows_pad, kv_pad), None)
-    config = _upstream.bind_as_public(_upstream.forward_op(), stand_in, q_p[0], k_p[0], v_p[0], **args).default_config
+    config = _without_diagonal_skip(
+        _upstream.bind_as_public(_upstream.forward_op(), stand_in, q_p[0], k_p[0], v_p[0], **args).default_config)
     splash_config = dataclasses.replace(lib.SplashConfig.get_default(), attn_logits_soft_cap=soft_cap, dropout_rate=0.0,
                                         block_q_dkv=None, block_kv_dkv=None, block_kv_dkv_compute=None,
                                         **dataclasses.asdict(config))  # as upstream's Op builds it

@@ -7,7 +7,8 @@ upstream's Op finds the result's configs, and a result for another chip is refus
 naming both; torch-tpu keys its export on it, so a different result makes a different export. The
 custom op comes back as a `TunedOp`, which appends the current token to every call, so callers,
 fake kernels and autograd functions keep the op's own signature: the fake and the setup drop it,
-the backward runs its ops with the forward's token. Ops whose JAX function names an `autotuning`
+the backward runs its ops with the forward's token (an autograd Function of our own does the same
+with `keep_token` / `backward_token`). Ops whose JAX function names an `autotuning`
 argument itself (the ragged-dot ops) and meshed ops keep theirs as written. `recording()` collects
 the calls a step makes, for `tokamax.tuning.tune`.
 """
@@ -49,6 +50,17 @@ def forced(token: str) -> Iterator[None]:
         yield
     finally:
         _FORCED.reset(reset)
+
+
+def keep_token(ctx: Any) -> None:
+    """In a `torch.autograd.Function`'s forward whose backward calls ops: the token the forward runs under,
+    for `backward_token` (a custom op's autograd made by `register` does this itself)."""
+    ctx.tokamax_autotuning = current_token()
+
+
+def backward_token(ctx: Any) -> contextlib.AbstractContextManager[None]:
+    """In that Function's backward: its ops take the forward's token, wherever and whenever it runs."""
+    return forced(ctx.tokamax_autotuning)
 
 
 def takes_token(fn: Callable[..., Any]) -> bool:

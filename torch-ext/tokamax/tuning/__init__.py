@@ -7,8 +7,9 @@ is how a result file reaches the calls that should use it, read whole or not at 
   entry names an op, argument or config field this build lacks, raises `AutotuningFileError`
   naming the file and the entry;
 - `with tuning.use(path_or_result): ...`: JAX calls inside use it (as `with result:` does), and so
-  do the Torch ops (`torch_ops.gmm`, `tgmm`, `ragged_dot`), whose exports are keyed by the result
-  applied, so a different result is a different export;
+  do the Torch ops (`torch_ops.gmm`, `tgmm`, `ragged_dot`, the attention, ...), whose exports are keyed
+  by the result applied, so a different result is a different export; the ops take it in every thread
+  while the block is open, and each backward takes its forward's (`active`);
 - the environment variable `TOKAMAX_AUTOTUNING_RESULT=/path/result.json` applies a file to every
   Torch op call that no `use` block covers.
 

@@ -1,6 +1,14 @@
 """Which autotuning result applies to a call: the innermost `use` block, else the file that
 `TOKAMAX_AUTOTUNING_RESULT` names; and `applied(token)`, which steers a traced call by it.
 
+A `use` block covers all the work it starts: the Torch ops take its token in any thread while it is
+open (a thread's own block first, else the innermost block open in the process), so continuous
+batching's worker thread, torch-tpu's autograd thread and threads a step starts run under it as the
+block's own thread does; a context variable alone would leave every other thread untuned (threads do
+not inherit it). Each op's backward takes its forward's token (`torch_ops._tuned`), wherever and
+whenever it runs. JAX calls traced directly see the block in its own context only, as upstream's
+`with result:` (its overlay is a context variable).
+
 Torch ops pass `token()` to their custom op as a static argument, so torch-tpu keys its export on
 the result (a different result, a different export) and traces with `applied(token)` around the
 JAX call. A token is the sha256 of the result's bytes, so the same file gives the same token in
@@ -14,6 +22,7 @@ import contextvars
 import dataclasses
 import hashlib
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +44,10 @@ class Applied:
 
 _REGISTRY: dict[str, Applied] = {}
 _STACK: contextvars.ContextVar[tuple[Applied, ...]] = contextvars.ContextVar("tokamax_tuning", default=())
+# (block, result) of every block open in the process, in the order opened: a tuple replaced whole under the
+# lock, so that a call reads it without taking the lock
+_OPEN: tuple[tuple[object, Applied], ...] = ()
+_OPEN_LOCK = threading.Lock()
 _FROM_ENVIRONMENT: dict[tuple[str, int, int], Applied] = {}
 
 
@@ -68,9 +81,13 @@ def _from_environment() -> Applied | None:
 
 
 def current() -> Applied | None:
-    """The result that applies here: the innermost `use` block's, else the environment's, else None."""
+    """The result that applies here: the innermost `use` block of this context, else the innermost one open
+    in the process (in another thread), else the environment's, else None."""
     stack = _STACK.get()
-    return stack[-1] if stack else _from_environment()
+    if stack:
+        return stack[-1]
+    blocks = _OPEN
+    return blocks[-1][1] if blocks else _from_environment()
 
 
 def token() -> str:
@@ -124,18 +141,25 @@ def _entered(found: Applied) -> Iterator[None]:
 @contextlib.contextmanager
 def use(result: Any) -> Iterator[Applied]:
     """Within the block, JAX calls and Torch ops use `result` (an `AutotuningResult`, or the path of
-    its JSON); the file is read whole first, and a call on another chip than its own is refused."""
+    its JSON); the file is read whole first, and a call on another chip than its own is refused. Torch
+    ops in other threads use it too while it is open, unless their thread has a block of its own."""
     if isinstance(result, (str, Path)):
         found = _from_path(result)
     else:
         key = _token(result.dumps(prune_errors=True).encode())
         found = _REGISTRY.setdefault(key, Applied(result, f"<AutotuningResult for {result.device_kind}>", key))
     _check_chip(found, "tuning.use")
+    global _OPEN
+    block = object()
     reset = _STACK.set(_STACK.get() + (found,))
+    with _OPEN_LOCK:
+        _OPEN = (*_OPEN, (block, found))
     try:
         with _entered(found):
             yield found
     finally:
+        with _OPEN_LOCK:
+            _OPEN = tuple(entry for entry in _OPEN if entry[0] is not block)
         _STACK.reset(reset)
 
 

@@ -1,4 +1,5 @@
-"""Autotuning result files (`AutotuningResult.dumps` text, ours or upstream's), read whole.
+"""Autotuning result files (`AutotuningResult.dumps` text, ours or upstream's), read whole and written
+whole (`write_whole`: a temporary file beside it, then one rename).
 
 Each entry is read with upstream's own reader for it; the first one that fails stops the load with
 an `AutotuningFileError` naming the file, the entry and its op, so a result is never applied in part;
@@ -7,8 +8,11 @@ a file another tokamax release wrote is refused whole.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +78,26 @@ def read_bytes(path: str | Path) -> bytes:
 def load(path: str | Path) -> Any:
     """The `AutotuningResult` in the file at `path`, every entry read (or `AutotuningFileError`)."""
     return parse(read_bytes(path), str(path))
+
+
+def write_whole(path: str | Path, text: str, what: str) -> Path:
+    """Writes `text` to `path` whole or not at all: into a temporary file beside it, flushed to disk, then
+    renamed over it in one step, so a failure part way (a full disk, a crash) leaves the file that was there,
+    or none. `what` names the writer in errors. The file keeps the mode of the one it replaces (new: 0644)."""
+    path = Path(path)
+    fd, scratch = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), path.stat().st_mode & 0o7777 if path.exists() else 0o644)
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(scratch, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(scratch)
+        if isinstance(e, OSError):
+            raise OSError(e.errno, f"{what}: cannot write {path} ({e.strerror}); the file there is unchanged",
+                          str(path)) from e
+        raise
+    return path

@@ -7,13 +7,16 @@
 2. Bind: trace each recorded call's JAX function, as it would be exported, without a result, and
    collect the bound arguments of every upstream Op whose config it asks for (upstream's
    `get_bound_args` reads the Ops' HLO payloads and misses the calls that pick a config without
-   one, such as splash's); a shape seen twice is tuned once.
+   one, such as splash's); a shape seen twice is tuned once. Only the tuning thread's traces count
+   (a recorder on `BoundArguments.default_config` keyed by context), and tunes run one at a time.
 3. Tune: each with upstream's machinery (`BoundArguments.autotune`), on the chip the step runs on:
    JAX's TPU, or on a host without one the emulated chip in Pallas interpret mode (the timings then
    mean nothing; the machinery runs). An Op with one candidate only, or none, is listed as skipped,
-   and so is a call that no upstream Op serves (this kernel's own LM-head kernels, the raw gmm_v2).
-4. Write: one `AutotuningResult` file, which `tuning.use(path)` or `TOKAMAX_AUTOTUNING_RESULT=path`
-   then applies to the same model's calls.
+   and so is a call that no upstream Op serves (this kernel's own LM-head kernels, the raw gmm_v2),
+   and a call whose mask upstream's key holds by its shape only (splash's windows, causal offsets but
+   0, run-time offsets: one entry, timed on a random mask, serves them all; the reason names them).
+4. Write: one `AutotuningResult` file, whole or not at all, which `tuning.use(path)` or
+   `TOKAMAX_AUTOTUNING_RESULT=path` then applies to the same model's calls.
 
 On a TPU VM the chip belongs to torch-tpu while the step runs, and upstream's machinery times
 candidates with JAX: `record(step)` saves the calls (`Recording.save`), and `tune_recording(path)`
@@ -22,14 +25,19 @@ tunes them in a process where JAX holds the chip. A CPU host does it all in one 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import importlib
+import inspect
 import json
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from .. import emulation
+from .files import write_whole
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,9 +75,8 @@ class Recording:
             return {"static": a}
 
         data = [{"op": c.op, "args": [arg(a) for a in c.args]} for c in self.calls]
-        path = Path(path)
-        path.write_text(json.dumps({"tokamax_recording": 1, "calls": data}, indent=1))
-        return path
+        return write_whole(path, json.dumps({"tokamax_recording": 1, "calls": data}, indent=1),
+                           "tokamax tuning: Recording.save")
 
     @classmethod
     def load(cls, path: str | Path) -> Recording:
@@ -139,31 +146,92 @@ def _chip_context(chip: str, interpret: bool = True) -> Any:
     return stack
 
 
+# One tune at a time in a process: the chip context swaps process-wide state on a host without a TPU (the
+# emulated chip, the interpreter's grid semantics), which two tunes at once would undo under each other.
+_TUNING = threading.RLock()
+_SEEN: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("tokamax_tune_seen", default=None)
+
+
+class _Recorder:
+    """`BoundArguments.default_config` recording each bound arguments it is asked for into the list of the
+    context that is tracing for `bound_arguments` (none elsewhere: other threads' traces are not recorded).
+    Installed on the class while any `bound_arguments` runs, counted, and the class's own otherwise."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+        self._original: Any = None
+
+    def _config(self, ba: Any) -> Any:
+        config = self._original.fget(ba)
+        seen = _SEEN.get()
+        if seen is not None:
+            seen.append(ba)
+        return config
+
+    @contextlib.contextmanager
+    def recording(self, cls: type) -> Iterator[list[Any]]:
+        with self._lock:
+            if self._count == 0:
+                self._original = cls.__dict__["default_config"]
+                cls.default_config = property(self._config)
+            self._count += 1
+        seen: list[Any] = []
+        reset = _SEEN.set(seen)
+        try:
+            yield seen
+        finally:
+            _SEEN.reset(reset)
+            with self._lock:
+                self._count -= 1
+                if self._count == 0:
+                    cls.default_config = self._original
+
+
+_RECORDER = _Recorder()
+
+
 def bound_arguments(call: Any, chip: str) -> list[Any]:
-    """The bound arguments of every upstream Op whose config `call` asks for when traced for `chip`."""
+    """The bound arguments of every upstream Op whose config `call` asks for when traced for `chip` (in this
+    thread: what other threads trace meanwhile is not theirs)."""
     import jax
 
     op_lib = _op_lib()
-    seen: list[Any] = []
-    prop = op_lib.BoundArguments.default_config
-
-    def recorded(self: Any) -> Any:
-        seen.append(self)
-        return prop.fget(self)
-
-    op_lib.BoundArguments.default_config = property(recorded)
     statics = tuple(i for i, a in enumerate(call.args) if not hasattr(a, "shape") and a is not None)
-    try:
-        with _chip_context(chip):  # a function of its own: JAX's tracing cache would skip an earlier call's trace
-            jax.jit(lambda *args: call.jax_fn(*args), static_argnums=statics).trace(*call.args)
-    finally:
-        op_lib.BoundArguments.default_config = prop
+    with _TUNING, _RECORDER.recording(op_lib.BoundArguments) as seen, _chip_context(chip):
+        # a function of its own: JAX's tracing cache would skip an earlier call's trace
+        jax.jit(lambda *args: call.jax_fn(*args), static_argnums=statics).trace(*call.args)
     adapter = op_lib.BOUND_ARGS_ADAPTER
     out = []
     for ba in seen:  # as upstream writes them into the HLO: no config, no VJP, abstract arrays
         plain = op_lib.BoundArguments(ba.op.replace(config=None, vjp=None), op_lib._abstractify(dict(ba.arguments)))
         out.append(adapter.validate_json(adapter.dump_json(plain)))
     return out
+
+
+def _mask_shape_only(ba: Any) -> tuple[int, ...] | None:
+    """The shape of `ba`'s mask where upstream's key holds that shape only: a dense boolean mask (what
+    splash attention binds for a window, a causal offset but 0, a run-time offset: `MaskSpec.stand_in`)."""
+    bool_mask = getattr(ba.arguments.get("mask"), "bool_mask", None)
+    return None if bool_mask is None else tuple(bool_mask.shape)
+
+
+def _described(call: Any) -> str:
+    """`op(name=value, ...)` of a recorded call's static arguments (its token left out)."""
+    try:
+        names = list(inspect.signature(call.jax_fn).parameters)[:len(call.args)]
+    except (TypeError, ValueError):
+        names = [f"arg{i}" for i in range(len(call.args))]
+    statics = [f"{n}={a!r}" for n, a in zip(names, call.args, strict=False)
+               if not hasattr(a, "shape") and a is not None and n != "autotuning"]
+    return f"{call.op}({', '.join(statics)})"
+
+
+def _shared_reason(key: tuple, ba: Any, own: str, calls: list[str]) -> str:
+    shape = "x".join(map(str, _mask_shape_only(ba)))
+    return (f"not timed on its own mask: {own}: {key[0]} keys its mask as a dense {shape} boolean mask, the shape "
+            f"only (upstream's key), so the one entry written for that key was timed on a random mask of that "
+            f"shape, and the file applies it to every call of that key: {'; '.join(dict.fromkeys(calls))}")
 
 
 def _candidates(ba: Any, limit: int | None) -> set[Any]:
@@ -179,14 +247,21 @@ def tune_recording(recording: Recording | str | Path, *, out: str | Path | None 
                    max_configs: int | None = None, progress_bar: bool = True) -> Tuned:
     """Autotunes the calls of `recording` (or of a saved one) on `chip` (default: JAX's TPU, else the CPU
     host's emulated chip, `emulation.cpu_chip()`), each with at most `max_configs` candidates (all by
-    default; the heuristic's always among them), and writes the result to `out` if given."""
+    default; the heuristic's always among them), and writes the result to `out` if given. Tunes started
+    at the same time in one process run one after the other."""
     if not isinstance(recording, Recording):
         recording = Recording.load(recording)
-    chip = chip or _chip_of_this_host()
+    with _TUNING:  # a second tune at the same time waits for this one
+        return _tune_recording(recording, out, chip or _chip_of_this_host(), max_configs, progress_bar)
+
+
+def _tune_recording(recording: Recording, out: str | Path | None, chip: str, max_configs: int | None,
+                    progress_bar: bool) -> Tuned:
     api = importlib.import_module(".._ported._src.autotuning.api", __package__)
     device_kind = emulation.CHIPS[chip][0]
     skipped: list[Skipped] = []
     pending: dict[tuple, tuple[str, Any]] = {}
+    shape_keyed: dict[tuple, list[tuple[str, str]]] = {}  # key -> (op, call) a mask keyed by shape brought to it
     for call in recording.calls:
         pinned = getattr(call.jax_fn, "pinned_chip", None)
         if pinned is not None and pinned != chip:
@@ -198,6 +273,8 @@ def tune_recording(recording: Recording | str | Path, *, out: str | Path | None 
                                             "raw kernel call)"))
         for ba in found:
             key = (type(ba.op).__name__, ba.autotuning_cache_key)
+            if _mask_shape_only(ba) is not None:
+                shape_keyed.setdefault(key, []).append((call.op, _described(call)))
             if key in pending:
                 continue
             with _chip_context(chip):
@@ -207,12 +284,12 @@ def tune_recording(recording: Recording | str | Path, *, out: str | Path | None 
                                                 "heuristic"))
                 continue
             pending[key] = (call.op, ba)
-    data, entries = [], {}
-    items: Iterable[Any] = pending.values()
+    data, entries, written = [], {}, set()
+    items: Iterable[Any] = pending.items()
     if progress_bar:  # upstream's bar (tqdm where installed, else none)
         progress = importlib.import_module(".._ported._src.autotuning.progress", __package__)
         items = progress.bar(list(items), desc="tokamax tuning", unit=" op calls")
-    for op, ba in items:
+    for key, (op, ba) in items:
         with _chip_context(chip):
             tuned = ba.autotune(_candidates(ba, max_configs), cache_results=False)
         failures = [v for v in tuned.values() if isinstance(v, BaseException)]
@@ -221,11 +298,13 @@ def tune_recording(recording: Recording | str | Path, *, out: str | Path | None 
             continue
         data.append((ba, tuned))
         entries[op] = entries.get(op, 0) + 1
+        written.add(key)
+    skipped += [Skipped(op, _shared_reason(key, pending[key][1], own, [c for _, c in shared]))
+                for key, shared in shape_keyed.items() if key in written for op, own in dict.fromkeys(shared)]
     result = api.AutotuningResult(device_kind, tuple(data))
     path = None
     if out is not None:
-        path = Path(out)
-        path.write_text(result.dumps(prune_errors=True))
+        path = write_whole(out, result.dumps(prune_errors=True), "tokamax tuning: the result file")
     return Tuned(result, path, entries, skipped, device_kind, len(recording.calls))
 
 

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from .._tuned import backward_token, keep_token
 from ..linear_softmax_cross_entropy.custom_ops import (
     linear_softmax_cross_entropy_rows_bwd_op,
     linear_softmax_cross_entropy_rows_op,
@@ -72,6 +73,7 @@ class _VocabParallelRows(torch.autograd.Function):
         lse = torch.logsumexp(every[:, 0], dim=0)
         ctx.save_for_backward(x, w, local_labels, owned, lse_p, losses_p, lse)
         ctx.group = group
+        keep_token(ctx)  # the backward's kernel runs under the forward's autotuning result
         ctx.mark_non_differentiable(lse)
         return lse - every[:, 1].sum(dim=0), lse
 
@@ -85,7 +87,8 @@ class _VocabParallelRows(torch.autograd.Function):
         share = torch.exp(lse_p[:rows] - lse)  # p_r
         if w.shape[1]:
             d_kernel = F.pad(g * share, (0, lse_p.shape[0] - rows)).contiguous()
-            dx, dw = linear_softmax_cross_entropy_rows_bwd_op(x, local_labels, w, lse_p, losses_p, d_kernel)
+            with backward_token(ctx):
+                dx, dw = linear_softmax_cross_entropy_rows_bwd_op(x, local_labels, w, lse_p, losses_p, d_kernel)
         else:
             dx, dw = torch.zeros_like(x, dtype=torch.float32), torch.zeros_like(w, dtype=torch.float32)
         c = g * (share - owned.to(torch.float32))  # the label column's own coefficient
