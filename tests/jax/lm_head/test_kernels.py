@@ -2,8 +2,9 @@
 six per-row statistics and the gradients of a weighted sum of the differentiable four, with a bias
 and without, for every logit transform the models and TRL use (none, a scale, a soft cap with a
 temperature), at sizes off the lanes (the masked vocabulary columns, the padded rows), bf16, and
-ties for top-1; lowered for v5e, v6e and v7x (one kernel forward, two backward, no [rows, vocab]
-array in the module); the block choice within VMEM, and the refusal of what cannot fit."""
+ties for top-1; padded rows at logits that overflow e^z; lowered for v5e, v6e and v7x (one kernel
+forward, two backward, no [rows, vocab] array in the module); the block choice within VMEM, and the
+refusal of what cannot fit."""
 
 from __future__ import annotations
 
@@ -176,3 +177,31 @@ def test_bad_calls_name_the_kernel_and_the_argument(kernel, call, message):
     with pytest.raises((ValueError, TypeError), match=message) as info:
         call(kernel.lm_head, x, w, jnp.zeros(8, jnp.int32))
     assert str(info.value).startswith("tokamax lm_head: ")
+
+
+def test_padded_rows_add_nothing_to_the_gradients_at_a_large_bias_and_low_temperature(kernel, emulation):
+    """37 rows, padded to the 128-row block inside: a padded (zero) row's logits are transform(bias), here
+    10 / 0.1 = 100, and e^100 overflows float32; the padded rows must add exactly nothing to dw and db (before:
+    their lse was padded with 0, so p = e^100 = inf and 0 * inf put NaN in dw and db)."""
+    lm_head = kernel.lm_head
+    rows, hidden, vocab = 37, 64, 256
+    x, w, b, targets = _operands(rows, hidden, vocab, seed=11)
+    x = (x / 10).astype(np.float32)  # raw logits 10 +- ~0.3, so z = 100 +- ~3: a softmax of moderate spread
+    b = (10.0 + b / 2.5).astype(np.float32)
+    t = lm_head.LogitTransform.of(temperature=0.1)
+    r = np.random.default_rng(2)
+    cotangents = [r.standard_normal(rows).astype(np.float32) for _ in range(4)]
+
+    def run(x, w, b):  # noqa: ANN001, ANN202
+        stats = lm_head.row_stats(x, w, b, targets, t)
+        return stats, lm_head.row_stats_vjp(x, w, b, targets, stats.lse, stats.mean_logit, *cotangents, t)
+
+    with emulation.interpret_on_cpu("v6e"):
+        stats, grads = jax.jit(run)(x, w, b)
+    for name, got, want in zip(("dx", "dw", "db"), grads, _gradients(x, w, b, targets, t, cotangents), strict=True):
+        finite = np.isfinite(np.asarray(got))
+        assert finite.all(), f"{name}: {finite.size - finite.sum()} of {finite.size} not finite"
+        # z ~ 100 is float32 to 2^-24 * 100 ~ 6e-6 (the bias's rounding in the sum, times 10), and lse likewise:
+        # p and each term of the gradients to ~1e-5 relative; the sums over 256 columns or 37 rows of terms of
+        # either sign, to that relative error of their largest term
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4 * np.abs(want).max(), err_msg=name)

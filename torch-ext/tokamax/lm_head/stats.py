@@ -11,9 +11,10 @@ z = transform(x @ w.T + b) and p = softmax(z):
 - Differentiable in lse, target_logit, mean_logit and sum_logits (what log-probabilities, the
   entropy, z-loss and label smoothing are made of); log_sum_sq_probs and top1 are not.
 
-Padding: rows to the row block (zero rows, target 0, dropped after), the vocabulary to the lanes
-(zero weight rows, masked in the kernels); the weight is not copied when the vocabulary is a
-multiple of 128.
+Padding: rows to the row block (zero rows, target 0, dropped after; in the backward their lse is
++inf, so their p is exactly 0 whatever their logits transform(bias) are: 0 would make p = e^z, which
+overflows at a bias of 10 and a temperature of 0.1), the vocabulary to the lanes (zero weight rows,
+masked in the kernels); the weight is not copied when the vocabulary is a multiple of 128.
 """
 
 from __future__ import annotations
@@ -101,7 +102,9 @@ def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.
     partial = RowStats(lse, None, mean_logit, None, None, None)
     coeffs = coefficients(partial, *(g.astype(jnp.float32) for g in (d_lse, d_target, d_mean, d_sum)))
     extra = xp.shape[0] - rows
-    row_in = [jnp.pad(v.astype(jnp.float32), (0, extra)) for v in (lse, *coeffs)]  # padded rows: 0 cotangents
+    # padded rows: lse +inf (p exactly 0, whatever their logits), 0 coefficients
+    row_in = [jnp.pad(lse.astype(jnp.float32), (0, extra), constant_values=jnp.inf),
+              *(jnp.pad(v.astype(jnp.float32), (0, extra)) for v in coeffs)]
     options = dict(transform=transform, blocks=blocks, true_vocab=vocab)
     dx = kernels.backward_x(xp, wp, bp, tp, *row_in, **options)
     dw, db = kernels.backward_w(xp, wp, bp, tp, *row_in, **options)
