@@ -3,8 +3,9 @@ six per-row statistics and the gradients of a weighted sum of the differentiable
 and without, for every logit transform the models and TRL use (none, a scale, a soft cap with a
 temperature), at sizes off the lanes (the masked vocabulary columns, the padded rows), bf16, and
 ties for top-1; padded rows at logits that overflow e^z; the entropy of confident rows (logits ~40)
-within float32's own bound; lowered for v5e, v6e and v7x (one kernel forward, two backward, no
-[rows, vocab] array in the module); the block choice within VMEM, and the refusal of what cannot fit."""
+within float32's own bound; targets outside the vocabulary (refused on the host, NaN rows traced);
+lowered for v5e, v6e and v7x (one kernel forward, two backward, no [rows, vocab] array in the
+module); the block choice within VMEM, and the refusal of what cannot fit."""
 
 from __future__ import annotations
 
@@ -244,3 +245,33 @@ def test_entropy_of_confident_rows_is_nonnegative_and_float32_exact(kernel, emul
     grad_bound = np.abs(g)[:, None] * np.exp(log_p) * (log_p_error * (2 + np.abs(log_p) + want[:, None])
                                                         + bound[:, None])
     np.testing.assert_array_less(np.abs(np.asarray(dw, np.float64).T - want_g), grad_bound)
+
+
+def test_targets_outside_the_vocabulary_are_refused_on_the_host_and_nan_when_traced(kernel, emulation):
+    """A target in no column gave its row a target logit of 0 (log-probability -lse) with no error. Host
+    values (numpy, CPU arrays) are refused naming them; traced ones make every statistic of the row NaN and
+    the row passes no gradient, so masking it after leaves the others' gradients as they were."""
+    lm_head = kernel.lm_head
+    x, w, b, targets = _operands(16, 64, 200, seed=4)
+    wrong = targets.copy()
+    wrong[[3, 9]] = [-1, 200]
+    with emulation.interpret_on_cpu("v6e"):
+        for call in (lm_head.row_stats, lm_head.statistics):
+            with pytest.raises(ValueError, match=r"^tokamax lm_head: targets must be in \[0, 200\); got 2 outside, "
+                                                 r"e\.g\. \[-1, 200\]$"):
+                call(x, w, b, wrong)
+        stats = jax.jit(lm_head.row_stats)(x, w, b, wrong)
+        ok = np.ones(16, bool)
+        ok[[3, 9]] = False
+
+        def masked_log_probs(x, w, b, t):  # noqa: ANN001, ANN202
+            s = lm_head.statistics(x, w, b, t)
+            return jnp.where(ok, s.target_logit - s.lse + s.entropy, 0.0).sum()
+
+        grads = jax.jit(jax.grad(masked_log_probs, argnums=(0, 1, 2)))(x, w, b, wrong)
+        want = jax.jit(jax.grad(masked_log_probs, argnums=(0, 1, 2)))(x, w, b, np.where(ok, wrong, 0))
+    for name in lm_head.OUTPUTS:
+        got = np.asarray(getattr(stats, name))
+        assert np.isnan(got[~ok]).all() and np.isfinite(got[ok]).all(), name
+    for name, got, expected in zip(("dx", "dw", "db"), grads, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected), err_msg=name)

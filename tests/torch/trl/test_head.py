@@ -5,7 +5,8 @@ through log_probs and entropy; none through the others), with a bias, a logit sc
 a temperature, and TRL's quirks (a soft cap of 0 is a cap of 1; targets of ignored positions are 0);
 which function serves which model (`dispatch`): a marked model the kernel, any other model and any
 call the kernel cannot serve TRL's own, with the reason said once; a TRL of another signature left
-alone; the entropy of confident rows (logits ~40) against TRL's function and float64."""
+alone; the entropy of confident rows (logits ~40) against TRL's function and float64; ignored labels
+(-100) through TRL's fused forward."""
 
 from __future__ import annotations
 
@@ -150,6 +151,29 @@ def test_each_model_gets_the_function_it_asked_for(tokamax, calls):
     assert calls() == {"kernel": 2, "trl": 1}
     assert isinstance(trl_utils._ChunkedLogProbFunction, importlib.import_module(
         f"{tokamax.__name__}.integrations.trl.dispatch").Dispatcher)
+
+
+@pytest.mark.kernels_ci
+def test_ignored_labels_reach_the_kernel_clamped(tokamax, calls):
+    """TRL's fused forward off CUDA scores every position with the targets clamped to >= 0 and zeroes the
+    ignored ones after: a -100 label never reaches lm_head_statistics (which refuses targets outside the
+    vocabulary); the outputs equal TRL's own function's on the same model, 0 where ignored."""
+    ids = torch.randint(2, VOCAB, (2, 9), generator=torch.Generator().manual_seed(4))
+    labels = ids.clone()
+    labels[0, :5] = labels[1, 7:] = -100
+    outs = []
+    for marked in (True, False):
+        model = _model(tokamax, marked)
+        trl_utils.add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+        outs.append(model(input_ids=ids, labels=labels, fused_lm_head=True))
+    assert calls() == {"kernel": 1, "trl": 1}
+    ours, theirs = outs
+    ignored = labels[:, 1:] == -100
+    assert (ours.log_probs[ignored] == 0).all() and (ours.log_probs[~ignored] < 0).all()
+    for name in ("log_probs", "entropy"):
+        torch.testing.assert_close(getattr(ours, name), getattr(theirs, name), rtol=1e-5, atol=2e-5,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+    torch.testing.assert_close(ours.loss, theirs.loss, rtol=1e-5, atol=2e-5)
 
 
 @pytest.mark.kernels_ci

@@ -1,6 +1,7 @@
 """The custom ops behind `lm_head_statistics`, on our LM-head kernels (`tokamax.lm_head`):
 
-- `lm_head_stats_op` -> the six per-row statistics (float32 [rows] each);
+- `lm_head_stats_op` -> the six per-row statistics (float32 [rows] each), NaN in the rows of targets
+  outside the vocabulary (`tokamax.lm_head.targets`; `api` refuses those on CPU tensors first);
 - `lm_head_stats_bwd_op` -> (dx, dw, db) from the forward's lse and entropy and the cotangents
   of lse, target logit, entropy and sum of logits; no second forward.
 
