@@ -2,8 +2,10 @@
 six per-row statistics and the gradients of a weighted sum of the differentiable four, with a bias
 and without, for every logit transform the models and TRL use (none, a scale, a soft cap with a
 temperature), at sizes off the lanes (the masked vocabulary columns, the padded rows), bf16, and
-ties for top-1; lowered for v5e, v6e and v7x (one kernel forward, two backward, no [rows, vocab]
-array in the module); the block choice within VMEM, and the refusal of what cannot fit."""
+ties for top-1; padded rows at logits that overflow e^z; the entropy of confident rows (logits ~40)
+within float32's own bound; targets outside the vocabulary (refused on the host, NaN rows traced);
+lowered for v5e, v6e and v7x (one kernel forward, two backward, no [rows, vocab] array in the
+module); the block choice within VMEM, and the refusal of what cannot fit."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from .numerics import U, confident_logits, entropy_bound
 
 # f32 operands, exact f32 matmuls in interpret mode: tiled summation order and the online softmax only
 # (~1e-6 relative); sum_logits adds vocab terms of O(1), dw sums rows of O(1)
@@ -39,19 +43,20 @@ def _reference(x, w, b, targets, transform):  # noqa: ANN001, ANN202
     p = np.exp(z - lse[:, None])
     rows = np.arange(len(targets))
     first_max = np.argmax(z, 1)  # numpy's argmax: the first maximum
-    stats = dict(lse=lse, target_logit=z[rows, targets], mean_logit=(p * z).sum(1),
+    stats = dict(lse=lse, target_logit=z[rows, targets], entropy=lse - (p * z).sum(1),
                  log_sum_sq_probs=np.log((p * p).sum(1)), sum_logits=z.sum(1),
                  top1=(first_max == targets).astype(np.float64))
     return stats, z, p, raw
 
 
 def _gradients(x, w, b, targets, transform, cotangents):  # noqa: ANN001, ANN202
-    """d(sum_r g_lse lse + g_t z_t + g_mean E_p[z] + g_sum sum z)/d(x, w, b) in float64."""
+    """d(sum_r g_lse lse + g_t z_t + g_h H + g_sum sum z)/d(x, w, b) in float64 (H the entropy)."""
     stats, z, p, raw = _reference(x, w, b, targets, transform)
-    g_lse, g_t, g_mean, g_sum = (np.asarray(c, np.float64)[:, None] for c in cotangents)
+    g_lse, g_t, g_h, g_sum = (np.asarray(c, np.float64)[:, None] for c in cotangents)
     onehot = np.zeros_like(z)
     onehot[np.arange(len(targets)), targets] = 1
-    g_z = g_lse * p + g_t * onehot + g_sum + g_mean * p * (1 + z - stats["mean_logit"][:, None])
+    log_p = z - stats["lse"][:, None]
+    g_z = g_lse * p + g_t * onehot + g_sum - g_h * p * (log_p + stats["entropy"][:, None])
     if transform.tanh:
         g_raw = g_z * transform.post * transform.pre * (1 - np.tanh(transform.pre * raw) ** 2)
     else:
@@ -71,7 +76,7 @@ def test_statistics_and_gradients_match_float64(kernel, emulation, transform, ro
 
     def run(x, w, b):  # noqa: ANN001, ANN202
         stats = lm_head.row_stats(x, w, b, targets, t)
-        return stats, lm_head.row_stats_vjp(x, w, b, targets, stats.lse, stats.mean_logit, *cotangents, t)
+        return stats, lm_head.row_stats_vjp(x, w, b, targets, stats.lse, stats.entropy, *cotangents, t)
 
     with emulation.interpret_on_cpu("v6e"):
         stats, (dx, dw, db) = jax.jit(run)(x, w, b)
@@ -95,9 +100,9 @@ def test_bf16_operands(kernel, emulation):
     with emulation.interpret_on_cpu("v6e"):
         stats = jax.jit(lambda x, w: lm_head.row_stats(x, w, None, targets, t))(x, w)
         dx, dw, _ = jax.jit(lambda x, w, lse, m: lm_head.row_stats_vjp(x, w, None, targets, lse, m, *ones, t))(
-            x, w, stats.lse, stats.mean_logit)
+            x, w, stats.lse, stats.entropy)
     want, _, _, _ = _reference(x, w, None, targets, t)
-    for name in ("lse", "target_logit", "mean_logit", "log_sum_sq_probs"):
+    for name in ("lse", "target_logit", "entropy", "log_sum_sq_probs"):
         np.testing.assert_allclose(np.asarray(getattr(stats, name)), want[name], rtol=1e-5, atol=1e-4, err_msg=name)
     want_dx, want_dw, _ = _gradients(x, w, None, targets, t, ones)
     assert dx.dtype == dw.dtype == jnp.bfloat16
@@ -176,3 +181,97 @@ def test_bad_calls_name_the_kernel_and_the_argument(kernel, call, message):
     with pytest.raises((ValueError, TypeError), match=message) as info:
         call(kernel.lm_head, x, w, jnp.zeros(8, jnp.int32))
     assert str(info.value).startswith("tokamax lm_head: ")
+
+
+def test_padded_rows_add_nothing_to_the_gradients_at_a_large_bias_and_low_temperature(kernel, emulation):
+    """37 rows, padded to the 128-row block inside: a padded (zero) row's logits are transform(bias), here
+    10 / 0.1 = 100, and e^100 overflows float32; the padded rows must add exactly nothing to dw and db (before:
+    their lse was padded with 0, so p = e^100 = inf and 0 * inf put NaN in dw and db)."""
+    lm_head = kernel.lm_head
+    rows, hidden, vocab = 37, 64, 256
+    x, w, b, targets = _operands(rows, hidden, vocab, seed=11)
+    x = (x / 10).astype(np.float32)  # raw logits 10 +- ~0.3, so z = 100 +- ~3: a softmax of moderate spread
+    b = (10.0 + b / 2.5).astype(np.float32)
+    t = lm_head.LogitTransform.of(temperature=0.1)
+    r = np.random.default_rng(2)
+    cotangents = [r.standard_normal(rows).astype(np.float32) for _ in range(4)]
+
+    def run(x, w, b):  # noqa: ANN001, ANN202
+        stats = lm_head.row_stats(x, w, b, targets, t)
+        return stats, lm_head.row_stats_vjp(x, w, b, targets, stats.lse, stats.entropy, *cotangents, t)
+
+    with emulation.interpret_on_cpu("v6e"):
+        stats, grads = jax.jit(run)(x, w, b)
+    for name, got, want in zip(("dx", "dw", "db"), grads, _gradients(x, w, b, targets, t, cotangents), strict=True):
+        finite = np.isfinite(np.asarray(got))
+        assert finite.all(), f"{name}: {finite.size - finite.sum()} of {finite.size} not finite"
+        # z ~ 100 is float32 to 2^-24 * 100 ~ 6e-6 (the bias's rounding in the sum, times 10), and lse likewise:
+        # p and each term of the gradients to ~1e-5 relative; the sums over 256 columns or 37 rows of terms of
+        # either sign, to that relative error of their largest term
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4 * np.abs(want).max(), err_msg=name)
+
+
+def test_entropy_of_confident_rows_is_nonnegative_and_float32_exact(kernel, emulation):
+    """Near-one-hot rows with logits ~ +-40: the entropy is accumulated shifted by the running maximum (before:
+    E_p[z] unshifted, so lse - E_p[z] cancelled two numbers of ~40 and came out off by ~ulp(40) = 4e-6,
+    negative where the entropy is below that). The logits are the weight's columns exactly (x one-hot), so
+    the float64 entropy is of the very logits the kernel sees; the gradient through the entropy, against
+    float64's within the backward's own float32 bound (p and log p carry lse's rounding, u |lse|)."""
+    lm_head = kernel.lm_head
+    rows, vocab = 128, 8
+    z = confident_logits(rows, vocab, seed=5)
+    x, w = np.eye(rows, dtype=np.float32), np.ascontiguousarray(z.T)  # x @ w.T = z exactly
+    targets = z.argmax(1).astype(np.int32)
+    g = np.random.default_rng(3).standard_normal(rows).astype(np.float32)
+    zeros = np.zeros(rows, np.float32)
+
+    def run(x, w):  # noqa: ANN001, ANN202
+        stats = lm_head.row_stats(x, w, None, targets)
+        return stats, lm_head.row_stats_vjp(x, w, None, targets, stats.lse, stats.entropy, zeros, zeros, g, zeros)
+
+    with emulation.interpret_on_cpu("v6e"):
+        stats, (_, dw, _) = jax.jit(run)(x, w)
+    got = np.asarray(stats.entropy, np.float64)
+    want, bound = entropy_bound(z)
+    assert (got >= 0).all(), got[got < 0]
+    np.testing.assert_array_less(np.abs(got - want), bound)
+    # d entropy / dz_j = -p_j (log p_j + H); dw = G.T (x is the identity)
+    z64 = z.astype(np.float64)
+    lse = np.log(np.exp(z64 - z64.max(1, keepdims=True)).sum(1)) + z64.max(1)
+    log_p = z64 - lse[:, None]
+    want_g = -g[:, None] * np.exp(log_p) * (log_p + want[:, None])
+    # log p = z - lse to u (|lse| + |log p| + vocab + 2) (lse rounded, log s summed), e^ to 2u more, H to `bound`
+    log_p_error = U * (np.abs(lse)[:, None] + np.abs(log_p) + vocab + 4)
+    grad_bound = np.abs(g)[:, None] * np.exp(log_p) * (log_p_error * (2 + np.abs(log_p) + want[:, None])
+                                                        + bound[:, None])
+    np.testing.assert_array_less(np.abs(np.asarray(dw, np.float64).T - want_g), grad_bound)
+
+
+def test_targets_outside_the_vocabulary_are_refused_on_the_host_and_nan_when_traced(kernel, emulation):
+    """A target in no column gave its row a target logit of 0 (log-probability -lse) with no error. Host
+    values (numpy, CPU arrays) are refused naming them; traced ones make every statistic of the row NaN and
+    the row passes no gradient, so masking it after leaves the others' gradients as they were."""
+    lm_head = kernel.lm_head
+    x, w, b, targets = _operands(16, 64, 200, seed=4)
+    wrong = targets.copy()
+    wrong[[3, 9]] = [-1, 200]
+    with emulation.interpret_on_cpu("v6e"):
+        for call in (lm_head.row_stats, lm_head.statistics):
+            with pytest.raises(ValueError, match=r"^tokamax lm_head: targets must be in \[0, 200\); got 2 outside, "
+                                                 r"e\.g\. \[-1, 200\]$"):
+                call(x, w, b, wrong)
+        stats = jax.jit(lm_head.row_stats)(x, w, b, wrong)
+        ok = np.ones(16, bool)
+        ok[[3, 9]] = False
+
+        def masked_log_probs(x, w, b, t):  # noqa: ANN001, ANN202
+            s = lm_head.statistics(x, w, b, t)
+            return jnp.where(ok, s.target_logit - s.lse + s.entropy, 0.0).sum()
+
+        grads = jax.jit(jax.grad(masked_log_probs, argnums=(0, 1, 2)))(x, w, b, wrong)
+        want = jax.jit(jax.grad(masked_log_probs, argnums=(0, 1, 2)))(x, w, b, np.where(ok, wrong, 0))
+    for name in lm_head.OUTPUTS:
+        got = np.asarray(getattr(stats, name))
+        assert np.isnan(got[~ok]).all() and np.isfinite(got[ok]).all(), name
+    for name, got, expected in zip(("dx", "dw", "db"), grads, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected), err_msg=name)

@@ -126,3 +126,44 @@ def test_bad_calls_fail_with_the_ops_own_message(ops, call, error, message):
     with pytest.raises(error, match=f"tokamax {OP}") as info:
         call(ops)
     assert message in str(info.value)
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("bad", [-1, VOCAB, -100])
+def test_targets_outside_the_vocabulary_are_refused_on_cpu(ops, bad):
+    """A target in no column gave its row a target logit of 0 (log-probability -lse) with no error; on CPU
+    tensors (reading them is free) the op refuses it, naming the values, as the cross-entropy its labels."""
+    x, w, b, targets = _operands()
+    targets[[5, 6]] = bad
+    with pytest.raises(ValueError, match=rf"^tokamax {OP}: targets must be in \[0, {VOCAB}\); got 2 outside, "
+                                         rf"e\.g\. \[{bad}\]$"):
+        ops.lm_head_statistics(x, w, b, targets)
+
+
+def test_targets_outside_the_vocabulary_make_nan_rows_where_they_are_not_read(ops):
+    """Compiled (as on a TPU, the targets are not read on the host): the rows of out-of-range targets are NaN
+    in every statistic and pass no gradient, the other rows as with valid targets."""
+    rows, vocab = 16, 128  # one block of each: the kernels' grid is what interpret mode pays for
+    x = checks.randn(rows, HIDDEN, seed=25, scale=HIDDEN ** -0.5).requires_grad_()
+    w = checks.randn(vocab, HIDDEN, seed=26).requires_grad_()
+    b = checks.randn(vocab, seed=27, scale=0.25).requires_grad_()
+    wrong = torch.from_numpy(rng(28).integers(0, vocab, size=rows))
+    wrong[[5, 6]] = torch.tensor([-1, vocab])
+    ok = torch.ones(rows, dtype=torch.bool)
+    ok[[5, 6]] = False
+
+    def step(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> tuple:
+        stats = ops.lm_head_statistics(x, w, b, t)
+        torch.where(ok, stats.log_probs + stats.entropy, 0.0).sum().backward()
+        return stats
+
+    got = torch.compile(step, backend="eager", fullgraph=False)(x, w, b, wrong)
+    got_grads = [t.grad.clone() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    want = step(x, w, b, torch.where(ok, wrong, 0))
+    for name, g, expected in zip(("lse", "target_logit", "entropy", "log_sum_sq_probs", "sum_logits", "top1"), got,
+                                 want, strict=True):
+        assert g[~ok].isnan().all() and torch.equal(g[ok], expected[ok].detach()), name
+    for name, g, t in zip(("dx", "dw", "db"), got_grads, (x, w, b), strict=True):
+        torch.testing.assert_close(g, t.grad, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")

@@ -5,7 +5,8 @@ through log_probs and entropy; none through the others), with a bias, a logit sc
 a temperature, and TRL's quirks (a soft cap of 0 is a cap of 1; targets of ignored positions are 0);
 which function serves which model (`dispatch`): a marked model the kernel, any other model and any
 call the kernel cannot serve TRL's own, with the reason said once; a TRL of another signature left
-alone."""
+alone; the entropy of confident rows (logits ~40) against TRL's function and float64; ignored labels
+(-100) through TRL's fused forward."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import trl.trainer.utils as trl_utils  # noqa: E402
 from trl.kernels import ChunkedLogProbFunction  # noqa: E402
 
 from tests.jax.cases import rng  # noqa: E402
+from tests.jax.lm_head.numerics import U, confident_logits, entropy_bound  # noqa: E402
 from tests.torch.ops import checks  # noqa: E402
 
 ROWS, HIDDEN, VOCAB = 45, 64, 260
@@ -90,6 +92,28 @@ def test_outputs_and_gradients_equal_trls_function_and_float64(head, options):
         torch.testing.assert_close(g.double(), w.double(), rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"d{n}: {m}")
 
 
+def test_entropy_of_confident_rows_against_trls_function_and_float64(head):
+    """Near-one-hot rows with logits ~ +-40 (the hidden states one-hot, so the logits are the weight's columns
+    exactly, as float64 sees them): ours >= 0 and within float32's bound of its own rounding (the kernel
+    accumulates the entropy shifted by the row's maximum); TRL's own function, which takes lse - E_p[z] of two
+    numbers of ~40, within its bound of ~ulp(40) times the sizes (so the two agree to TRL's precision)."""
+    rows, vocab = 128, 8
+    z = confident_logits(rows, vocab, seed=5)
+    hidden, weight = torch.eye(rows), torch.from_numpy(z.T.copy())
+    targets = torch.from_numpy(z.argmax(1))
+    options = (1.0, 32768, None, 1.0, ("entropy",))
+    ours = head.chunked_log_probs(hidden, weight, None, targets, *options)[1].double()
+    theirs = ChunkedLogProbFunction.apply(hidden, weight, None, targets, *options)[1].double()
+    want, bound = (torch.from_numpy(a) for a in entropy_bound(z))
+    assert (ours >= 0).all(), ours[ours < 0]
+    assert ((ours - want).abs() < bound).all(), ((ours - want).abs() / bound).max()
+    # TRL: xs = sum e^(z-m) z to u (2 vocab + max|z - m| + 3) max|z| once divided by s, lse to u |lse| more
+    z64 = torch.from_numpy(z).double()
+    depth = (z64.max(1, keepdim=True).values - z64).max(1).values
+    trl_bound = U * ((2 * vocab + depth + 5) * z64.abs().max(1).values + vocab + 1)
+    assert ((theirs - want).abs() < trl_bound).all(), ((theirs - want).abs() / trl_bound).max()
+
+
 def _model(tokamax, marked: bool):  # noqa: ANN001, ANN202
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
@@ -127,6 +151,29 @@ def test_each_model_gets_the_function_it_asked_for(tokamax, calls):
     assert calls() == {"kernel": 2, "trl": 1}
     assert isinstance(trl_utils._ChunkedLogProbFunction, importlib.import_module(
         f"{tokamax.__name__}.integrations.trl.dispatch").Dispatcher)
+
+
+@pytest.mark.kernels_ci
+def test_ignored_labels_reach_the_kernel_clamped(tokamax, calls):
+    """TRL's fused forward off CUDA scores every position with the targets clamped to >= 0 and zeroes the
+    ignored ones after: a -100 label never reaches lm_head_statistics (which refuses targets outside the
+    vocabulary); the outputs equal TRL's own function's on the same model, 0 where ignored."""
+    ids = torch.randint(2, VOCAB, (2, 9), generator=torch.Generator().manual_seed(4))
+    labels = ids.clone()
+    labels[0, :5] = labels[1, 7:] = -100
+    outs = []
+    for marked in (True, False):
+        model = _model(tokamax, marked)
+        trl_utils.add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+        outs.append(model(input_ids=ids, labels=labels, fused_lm_head=True))
+    assert calls() == {"kernel": 1, "trl": 1}
+    ours, theirs = outs
+    ignored = labels[:, 1:] == -100
+    assert (ours.log_probs[ignored] == 0).all() and (ours.log_probs[~ignored] < 0).all()
+    for name in ("log_probs", "entropy"):
+        torch.testing.assert_close(getattr(ours, name), getattr(theirs, name), rtol=1e-5, atol=2e-5,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+    torch.testing.assert_close(ours.loss, theirs.loss, rtol=1e-5, atol=2e-5)
 
 
 @pytest.mark.kernels_ci

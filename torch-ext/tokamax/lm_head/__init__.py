@@ -8,6 +8,7 @@ their gradients.
 - `blocks`: block sizes and what they hold in VMEM.
 - `kernels`: the forward and the two backward Pallas kernels.
 - `stats`: `row_stats` / `row_stats_vjp` at any size (padding), `statistics` (differentiable).
+- `targets`: targets outside the vocabulary refused on the host, NaN rows elsewhere.
 """
 
 from .blocks import Blocks

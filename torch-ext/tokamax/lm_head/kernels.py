@@ -5,14 +5,19 @@ states and a block of weight rows; no step keeps more than that block, so the [t
 logits never exist.
 
 - `forward`: grid (row blocks, vocabulary blocks), the vocabulary innermost; per row, online over the
-  vocabulary: the running maximum m, s = sum e^(z-m), sum e^(z-m) z, sum e^(2(z-m)), sum z, the
-  target's logit and the maximum before the target. Out (float32 [rows] each): lse = m + log s, the
-  target logit, E_p[z] (the softmax-weighted mean logit), log sum p^2, sum z, and top-1 (1.0 where
-  the target is the first maximum).
+  vocabulary: the running maximum m, s = sum e^(z-m), S = sum e^(z-m) (z-m), sum e^(2(z-m)), sum z,
+  the target's logit and the maximum before the target. Out (float32 [rows] each): lse = m + log s,
+  the target logit, the entropy log s - S / s, log sum p^2, sum z, and top-1 (1.0 where the target
+  is the first maximum). The entropy is accumulated shifted by the running maximum, never as
+  lse - E_p[z]: at logits of ~40 those two agree to ~1e-6 and their float32 difference is off by
+  ~ulp(40) = 4e-6 (negative for a confident token); shifted, every term of S is <= 0 and s >= 1, so
+  the entropy is >= 0 and exact to float32's rounding of itself. When the maximum moves from m to m',
+  S carries over as e^(m-m') (S + (m - m') s).
 - `backward_x` and `backward_w`: the gradient block G = d(loss)/d(raw logits) recomputed from the
-  logits, G = (p (a + b z) + c [j = target] + d) dz/dl with per-row coefficients (a, b, c, d) from
-  the outputs' cotangents (`stats.coefficients`), then dx = G @ w (grid rows, vocabulary) and
-  dw = G.T @ x, db = sum G (grid vocabulary, rows): each kernel recomputes the logits once.
+  logits, G = (p (a + b log p) + c [j = target] + d) dz/dl with log p = z - lse and per-row
+  coefficients (a, b, c, d) from the outputs' cotangents (`stats.coefficients`), then dx = G @ w
+  (grid rows, vocabulary) and dw = G.T @ x, db = sum G (grid vocabulary, rows): each kernel
+  recomputes the logits once. A row whose lse is +inf (a padded row) has p = 0 and G = 0.
 
 Shapes: x [rows, hidden] and w [vocab, hidden] (nn.Linear's layout) of one float dtype, b [1, vocab]
 float32, per-row vectors [rows]; rows a multiple of the row block and vocab of the vocabulary block
@@ -31,7 +36,10 @@ from jax.experimental.pallas import tpu as pltpu
 from .blocks import Blocks
 from .transform import LogitTransform
 
-OUTPUTS = ("lse", "target_logit", "mean_logit", "log_sum_sq_probs", "sum_logits", "top1")
+OUTPUTS = ("lse", "target_logit", "entropy", "log_sum_sq_probs", "sum_logits", "top1")
+LOG_P_FLOOR = -1e4
+"""log p is floored here in the backward: e^-1e4 is 0 in float32 as e^-inf is, but 0 times it stays 0 (a padded
+row's lse is +inf, its coefficients 0)."""
 
 
 def _params(semantics: tuple[str, ...]) -> pltpu.CompilerParams:
@@ -57,15 +65,15 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tra
     nv = vocab // blocks.vocab
     masked = true_vocab != vocab
 
-    def kernel(t_ref, x_ref, w_ref, b_ref, lse_ref, zt_ref, mean_ref, lsq_ref, sum_ref, top_ref,  # noqa: ANN001
-               m_s, s_s, xs_s, sq_s, before_s) -> None:  # noqa: ANN001
+    def kernel(t_ref, x_ref, w_ref, b_ref, lse_ref, zt_ref, ent_ref, lsq_ref, sum_ref, top_ref,  # noqa: ANN001
+               m_s, s_s, sd_s, sq_s, before_s) -> None:  # noqa: ANN001
         j = pl.program_id(1)
 
         @pl.when(j == 0)
         def _init() -> None:
             for ref in (m_s, before_s):
                 ref[...] = jnp.full_like(ref, -jnp.inf)
-            for ref in (s_s, xs_s, sq_s, zt_ref, sum_ref):
+            for ref in (s_s, sd_s, sq_s, zt_ref, sum_ref):
                 ref[...] = jnp.zeros_like(ref)
 
         z, _ = _logits(x_ref, w_ref, b_ref, transform)
@@ -76,13 +84,17 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tra
             z_max = jnp.where(valid, z, -jnp.inf)
         else:
             z_max = z
-        m_old = m_s[...]
+        m_old, s_old = m_s[...], s_s[...]
         m_new = jnp.maximum(m_old, jnp.max(z_max, axis=1))
         alpha = jnp.exp(m_old - m_new)
-        e = jnp.exp(z_max - m_new[:, None])
-        ez = jnp.where(valid, e * z, 0.0) if masked else e * z
-        s_s[...] = s_s[...] * alpha + jnp.sum(e, axis=1)
-        xs_s[...] = xs_s[...] * alpha + jnp.sum(ez, axis=1)
+        shifted = z - m_new[:, None]  # finite in masked columns too (z is 0 there)
+        e = jnp.exp(z_max - m_new[:, None])  # 0 in masked columns
+        ed = e * shifted
+        # S rebased from m_old to m_new: e^(m_old-m_new) (S + (m_old - m_new) s); nothing to carry before the
+        # first block (s = 0 there, and m_old = -inf would make 0 * inf)
+        carried = jnp.where(s_old > 0, alpha * (sd_s[...] + (m_old - m_new) * s_old), 0.0)
+        s_s[...] = s_old * alpha + jnp.sum(e, axis=1)
+        sd_s[...] = carried + jnp.sum(ed, axis=1)
         sq_s[...] = sq_s[...] * (alpha * alpha) + jnp.sum(e * e, axis=1)
         sum_ref[...] += jnp.sum(jnp.where(valid, z, 0.0) if masked else z, axis=1)
         zt_ref[...] += jnp.sum(jnp.where(col == target, z, 0.0), axis=1)
@@ -94,7 +106,7 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tra
             m, s = m_s[...], s_s[...]
             log_s = jnp.log(s)
             lse_ref[...] = m + log_s
-            mean_ref[...] = xs_s[...] / s
+            ent_ref[...] = log_s - sd_s[...] / s
             lsq_ref[...] = jnp.log(sq_s[...]) - 2.0 * log_s
             zt = zt_ref[...]
             top_ref[...] = ((zt >= m) & (zt > before_s[...])).astype(jnp.float32)
@@ -120,8 +132,9 @@ def _gradient_block(x_ref, w_ref, b_ref, t_ref, lse_ref, a_ref, bz_ref, c_ref, d
     `true_vocab` (None: none are)."""
     z, dz = _logits(x_ref, w_ref, b_ref, transform)
     col = _columns(z.shape, block, j)
-    p = jnp.exp(z - lse_ref[...][:, None])
-    g = p * (a_ref[...][:, None] + bz_ref[...][:, None] * z) + d_ref[...][:, None]
+    log_p = jnp.maximum(z - lse_ref[...][:, None], LOG_P_FLOOR)
+    p = jnp.exp(log_p)
+    g = p * (a_ref[...][:, None] + bz_ref[...][:, None] * log_p) + d_ref[...][:, None]
     g = g + jnp.where(col == t_ref[...][:, None], c_ref[...][:, None], 0.0)
     g = g * dz
     return g if true_vocab is None else jnp.where(col < true_vocab, g, 0.0)

@@ -4,16 +4,19 @@ turned into the backward kernels' per-row coefficients, and a differentiable cal
 Per row r of x [rows, hidden], against w [vocab, hidden] (and a bias [vocab]), with
 z = transform(x @ w.T + b) and p = softmax(z):
 
-- lse = log sum_j e^z_j; target_logit = z[target]; mean_logit = E_p[z] = sum_j p_j z_j (so the
-  entropy is lse - mean_logit); log_sum_sq_probs = log sum_j p_j^2; sum_logits = sum_j z_j (the mean
-  logit over the vocabulary is sum_logits / vocab); top1 = 1.0 where the target is the first maximum
-  of z (else 0.0).
-- Differentiable in lse, target_logit, mean_logit and sum_logits (what log-probabilities, the
-  entropy, z-loss and label smoothing are made of); log_sum_sq_probs and top1 are not.
+- lse = log sum_j e^z_j; target_logit = z[target]; entropy = -sum_j p_j log p_j (accumulated shifted
+  by the row's maximum: `kernels`); log_sum_sq_probs = log sum_j p_j^2; sum_logits = sum_j z_j (the
+  mean logit over the vocabulary is sum_logits / vocab); top1 = 1.0 where the target is the first
+  maximum of z (else 0.0). E_p[z] is lse - entropy (`RowStats.mean_logit`).
+- Differentiable in lse, target_logit, entropy and sum_logits (what log-probabilities, the entropy,
+  z-loss and label smoothing are made of); log_sum_sq_probs and top1 are not.
+- A target outside [0, vocab) is refused where it can be read for free, else its row is NaN in
+  every statistic and adds nothing to the gradients (`targets`).
 
-Padding: rows to the row block (zero rows, target 0, dropped after), the vocabulary to the lanes
-(zero weight rows, masked in the kernels); the weight is not copied when the vocabulary is a
-multiple of 128.
+Padding: rows to the row block (zero rows, target 0, dropped after; in the backward their lse is
++inf, so their p is exactly 0 whatever their logits transform(bias) are: 0 would make p = e^z, which
+overflows at a bias of 10 and a temperature of 0.1), the vocabulary to the lanes (zero weight rows,
+masked in the kernels); the weight is not copied when the vocabulary is a multiple of 128.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import jax.numpy as jnp
 from jax.experimental.pallas import tpu as pltpu
 
 from . import kernels
+from . import targets as target_checks
 from .blocks import LANES, Blocks, choose, round_up
 from .transform import IDENTITY, LogitTransform
 
@@ -35,10 +39,15 @@ class RowStats(NamedTuple):
 
     lse: jax.Array
     target_logit: jax.Array
-    mean_logit: jax.Array
+    entropy: jax.Array
     log_sum_sq_probs: jax.Array
     sum_logits: jax.Array
     top1: jax.Array
+
+    @property
+    def mean_logit(self) -> jax.Array:
+        """E_p[z], the softmax-weighted mean logit."""
+        return self.lse - self.entropy
 
 
 def blocks_for(x: jax.Array, w: jax.Array) -> Blocks:
@@ -69,63 +78,81 @@ def _padded(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
             jnp.pad(bias, (0, extra_vocab))[None], jnp.pad(targets.astype(jnp.int32), (0, extra_rows)))
 
 
-def row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
-              transform: LogitTransform = IDENTITY) -> RowStats:
-    """The statistics of every row; `targets` int [rows] in [0, vocab)."""
-    _check(x, w, b, targets)
+def _row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
+               transform: LogitTransform) -> RowStats:
+    """The kernels' statistics, the rows of out-of-range targets NaN."""
     blocks = blocks_for(x, w)
     xp, wp, bp, tp = _padded(x, w, b, targets, blocks)
     out = kernels.forward(xp, wp, bp, tp, transform=transform, blocks=blocks, true_vocab=w.shape[0])
-    return RowStats(*(o[:x.shape[0]] for o in out))
+    return RowStats(*target_checks.nan_rows([o[:x.shape[0]] for o in out], targets, w.shape[0]))
 
 
-def coefficients(stats: RowStats, d_lse: jax.Array, d_target: jax.Array, d_mean: jax.Array, d_sum: jax.Array
+def row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
+              transform: LogitTransform = IDENTITY) -> RowStats:
+    """The statistics of every row; `targets` int [rows] in [0, vocab): others refused where they are on
+    the host, else their rows NaN (`targets`)."""
+    _check(x, w, b, targets)
+    target_checks.refuse("lm_head", targets, w.shape[0])
+    return _row_stats(x, w, b, targets, transform)
+
+
+def coefficients(stats: RowStats, d_lse: jax.Array, d_target: jax.Array, d_entropy: jax.Array, d_sum: jax.Array
                  ) -> tuple[jax.Array, ...]:
-    """The backward kernels' per-row (a, b, c, d), with d(loss)/dz_j = p_j (a + b z_j) + c [j = target] + d,
-    from the cotangents of lse, target_logit, mean_logit and sum_logits: d lse/dz_j = p_j,
-    d mean_logit/dz_j = p_j (1 + z_j - mean_logit)."""
-    a = d_lse + d_mean * (1.0 - stats.mean_logit)
-    return a, d_mean, d_target, d_sum
+    """The backward kernels' per-row (a, b, c, d), with d(loss)/dz_j = p_j (a + b log p_j) + c [j = target]
+    + d, from the cotangents of lse, target_logit, entropy and sum_logits: d lse/dz_j = p_j,
+    d entropy/dz_j = -p_j (log p_j + entropy), both in log p = z - lse (no z of ~40 cancelling another)."""
+    a = d_lse - d_entropy * stats.entropy
+    return a, -d_entropy, d_target, d_sum
 
 
 def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, lse: jax.Array,
-                  mean_logit: jax.Array, d_lse: jax.Array, d_target: jax.Array, d_mean: jax.Array,
+                  entropy: jax.Array, d_lse: jax.Array, d_target: jax.Array, d_entropy: jax.Array,
                   d_sum: jax.Array, transform: LogitTransform = IDENTITY
                   ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(dx, dw in their dtypes, db float32 [vocab]) from the forward's lse and mean_logit and the
-    cotangents (float32 [rows] each) of lse, target_logit, mean_logit and sum_logits."""
+    """(dx, dw in their dtypes, db float32 [vocab]) from the forward's lse and entropy and the
+    cotangents (float32 [rows] each) of lse, target_logit, entropy and sum_logits. The rows of
+    out-of-range targets (NaN in the forward) add nothing, whatever their cotangents."""
     _check(x, w, b, targets)
     blocks = blocks_for(x, w)
     rows, vocab = x.shape[0], w.shape[0]
     xp, wp, bp, tp = _padded(x, w, b, targets, blocks)
-    partial = RowStats(lse, None, mean_logit, None, None, None)
-    coeffs = coefficients(partial, *(g.astype(jnp.float32) for g in (d_lse, d_target, d_mean, d_sum)))
+    partial = RowStats(lse, None, entropy, None, None, None)
+    coeffs = coefficients(partial, *(g.astype(jnp.float32) for g in (d_lse, d_target, d_entropy, d_sum)))
     extra = xp.shape[0] - rows
-    row_in = [jnp.pad(v.astype(jnp.float32), (0, extra)) for v in (lse, *coeffs)]  # padded rows: 0 cotangents
+    # padded rows and those of out-of-range targets: lse +inf (p exactly 0, whatever their logits), 0 coefficients
+    lse, coeffs = target_checks.dropped(lse.astype(jnp.float32), coeffs, targets, vocab)
+    row_in = [jnp.pad(lse, (0, extra), constant_values=jnp.inf), *(jnp.pad(v, (0, extra)) for v in coeffs)]
     options = dict(transform=transform, blocks=blocks, true_vocab=vocab)
     dx = kernels.backward_x(xp, wp, bp, tp, *row_in, **options)
     dw, db = kernels.backward_w(xp, wp, bp, tp, *row_in, **options)
     return dx[:rows], dw[:vocab], db[0, :vocab]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def statistics(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array,
                transform: LogitTransform = IDENTITY) -> RowStats:
-    """`row_stats`, differentiable in x, w and b (b float32 [vocab]; zeros for a head without one)."""
-    return row_stats(x, w, b, targets, transform)
+    """`row_stats`, differentiable in x, w and b (b float32 [vocab]; zeros for a head without one). The
+    rows of out-of-range targets are NaN and pass no gradient back."""
+    _check(x, w, b, targets)
+    target_checks.refuse("lm_head", targets, w.shape[0])
+    return _statistics(x, w, b, targets, transform)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _statistics(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, transform: LogitTransform) -> RowStats:
+    return _row_stats(x, w, b, targets, transform)
 
 
 def _statistics_fwd(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array,
                     transform: LogitTransform) -> tuple[RowStats, tuple]:
-    stats = row_stats(x, w, b, targets, transform)
-    return stats, (x, w, b, targets, stats.lse, stats.mean_logit)
+    stats = _row_stats(x, w, b, targets, transform)
+    return stats, (x, w, b, targets, stats.lse, stats.entropy)
 
 
 def _statistics_bwd(transform: LogitTransform, residuals: tuple, cotangents: RowStats) -> tuple:
-    x, w, b, targets, lse, mean = residuals
-    dx, dw, db = row_stats_vjp(x, w, b, targets, lse, mean, cotangents.lse, cotangents.target_logit,
-                               cotangents.mean_logit, cotangents.sum_logits, transform)
+    x, w, b, targets, lse, entropy = residuals
+    dx, dw, db = row_stats_vjp(x, w, b, targets, lse, entropy, cotangents.lse, cotangents.target_logit,
+                               cotangents.entropy, cotangents.sum_logits, transform)
     return dx, dw, db.astype(b.dtype), None
 
 
-statistics.defvjp(_statistics_fwd, _statistics_bwd)
+_statistics.defvjp(_statistics_fwd, _statistics_bwd)

@@ -9,18 +9,20 @@ import torch
 
 from ... import lm_head
 from .. import _checks
+from ..linear_softmax_cross_entropy.labels import refuse
 from .custom_ops import OP, lm_head_stats_op
 
 
 class LMHeadStatistics(NamedTuple):
     """Per row (float32 [rows] each), of the logits z = transform(hidden @ weight.T + bias):
-    `lse` log sum e^z; `target_logit` z[target]; `mean_logit` E_p[z] (the entropy is lse - mean_logit);
-    `log_sum_sq_probs` log sum p^2; `sum_logits` sum z; `top1` 1.0 where the target is z's first maximum.
-    Differentiable: lse, target_logit, mean_logit, sum_logits."""
+    `lse` log sum e^z; `target_logit` z[target]; `entropy` -sum p log p (computed shifted by the row's
+    maximum, so >= 0 and exact to its own rounding even where the logits are ~40; `mean_logit`, E_p[z], is
+    lse - entropy); `log_sum_sq_probs` log sum p^2; `sum_logits` sum z; `top1` 1.0 where the target is z's
+    first maximum. Differentiable: lse, target_logit, entropy, sum_logits."""
 
     lse: torch.Tensor
     target_logit: torch.Tensor
-    mean_logit: torch.Tensor
+    entropy: torch.Tensor
     log_sum_sq_probs: torch.Tensor
     sum_logits: torch.Tensor
     top1: torch.Tensor
@@ -30,8 +32,8 @@ class LMHeadStatistics(NamedTuple):
         return self.target_logit - self.lse
 
     @property
-    def entropy(self) -> torch.Tensor:
-        return self.lse - self.mean_logit
+    def mean_logit(self) -> torch.Tensor:
+        return self.lse - self.entropy
 
 
 def lm_head_statistics(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
@@ -41,9 +43,12 @@ def lm_head_statistics(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.T
     differentiable in hidden, weight and bias.
 
     hidden [rows, hidden] and weight [vocab, hidden] (nn.Linear's layout) of one dtype, bf16 or f32;
-    bias [vocab] or None; targets int [rows] in [0, vocab). The logits are the raw ones times
-    `logit_scale`, then `soft_cap * tanh(. / soft_cap)` if `soft_cap`, then divided by `temperature`
-    (TRL's order). Needs no particular jax; CPU tensors run in interpret mode (slow).
+    bias [vocab] or None; targets int [rows] in [0, vocab): any other target is refused on CPU tensors
+    and makes its row NaN (every statistic, no gradient) elsewhere, as the cross-entropy's labels
+    (mask ignored positions after, with a valid target such as 0 in their place, as TRL does). The
+    logits are the raw ones times `logit_scale`, then `soft_cap * tanh(. / soft_cap)` if `soft_cap`,
+    then divided by `temperature` (TRL's order). Needs no particular jax; CPU tensors run in interpret
+    mode (slow).
     """
     _checks.tensors(OP, ("bias",), hidden=hidden, weight=weight, bias=bias, targets=targets)
     _checks.floats(OP, hidden=hidden, weight=weight)
@@ -60,6 +65,7 @@ def lm_head_statistics(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.T
         transform = lm_head.LogitTransform.of(scale=logit_scale, soft_cap=soft_cap, temperature=temperature)
     except ValueError as e:
         raise ValueError(str(e).replace("tokamax lm_head", f"tokamax {OP}")) from None
+    refuse(OP, "targets", targets, weight.shape[0])
     out = lm_head_stats_op(hidden.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(),
                            targets.to(torch.int32).contiguous(), transform.pre, transform.tanh, transform.post)
     return LMHeadStatistics(*out)

@@ -1,8 +1,9 @@
 """The custom ops behind `lm_head_statistics`, on our LM-head kernels (`tokamax.lm_head`):
 
-- `lm_head_stats_op` -> the six per-row statistics (float32 [rows] each);
-- `lm_head_stats_bwd_op` -> (dx, dw, db) from the forward's lse and mean logit and the cotangents
-  of lse, target logit, mean logit and sum of logits; no second forward.
+- `lm_head_stats_op` -> the six per-row statistics (float32 [rows] each), NaN in the rows of targets
+  outside the vocabulary (`tokamax.lm_head.targets`; `api` refuses those on CPU tensors first);
+- `lm_head_stats_bwd_op` -> (dx, dw, db) from the forward's lse and entropy and the cotangents
+  of lse, target logit, entropy and sum of logits; no second forward.
 
 The logit transform travels as its three numbers (`pre`, `tanh`, `post`: `tokamax.lm_head.LogitTransform`).
 CPU tensors run the kernels in Pallas TPU interpret mode (any jax the tiers hold); meta and fake
@@ -22,7 +23,7 @@ from .._bridge import chip_for_tracing, register
 __all__ = ["lm_head_stats_bwd_op", "lm_head_stats_op"]
 
 OP = "lm_head_statistics"
-DIFFERENTIABLE = ("lse", "target_logit", "mean_logit", "sum_logits")
+DIFFERENTIABLE = ("lse", "target_logit", "entropy", "sum_logits")
 
 
 # ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
@@ -34,9 +35,9 @@ def _stats_jax(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Arr
 
 @chip_for_tracing()
 def _stats_bwd_jax(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, lse: jax.Array,
-                   mean_logit: jax.Array, d_lse: jax.Array, d_target: jax.Array, d_mean: jax.Array, d_sum: jax.Array,
+                   entropy: jax.Array, d_lse: jax.Array, d_target: jax.Array, d_entropy: jax.Array, d_sum: jax.Array,
                    pre: float, tanh: bool, post: float) -> tuple[jax.Array, jax.Array, jax.Array]:
-    return lm_head.row_stats_vjp(x, w, b, targets, lse, mean_logit, d_lse, d_target, d_mean, d_sum,
+    return lm_head.row_stats_vjp(x, w, b, targets, lse, entropy, d_lse, d_target, d_entropy, d_sum,
                                  lm_head.LogitTransform(pre, tanh, post))
 
 
@@ -52,29 +53,29 @@ def _stats_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, target
 
 @lm_head_stats_bwd_op.register_fake
 def _stats_bwd_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, targets: torch.Tensor,
-                    lse: torch.Tensor, mean_logit: torch.Tensor, d_lse: torch.Tensor, d_target: torch.Tensor,
-                    d_mean: torch.Tensor, d_sum: torch.Tensor, pre: float, tanh: bool, post: float
+                    lse: torch.Tensor, entropy: torch.Tensor, d_lse: torch.Tensor, d_target: torch.Tensor,
+                    d_entropy: torch.Tensor, d_sum: torch.Tensor, pre: float, tanh: bool, post: float
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return torch.empty_like(x), torch.empty_like(w), w.new_empty((w.shape[0],), dtype=torch.float32)
 
 
 def _setup(ctx: Any, inputs: tuple, output: tuple) -> None:
     x, w, b, targets, pre, tanh, post = inputs
-    lse, _, mean, lsq, _, top1 = output
-    ctx.save_for_backward(x, w, b, targets, lse, mean)
+    lse, _, entropy, lsq, _, top1 = output
+    ctx.save_for_backward(x, w, b, targets, lse, entropy)
     ctx.transform = (pre, tanh, post)
     ctx.has_bias = b is not None
     ctx.mark_non_differentiable(lsq, top1)
 
 
-def _backward(ctx: Any, d_lse: torch.Tensor | None, d_target: torch.Tensor | None, d_mean: torch.Tensor | None,
+def _backward(ctx: Any, d_lse: torch.Tensor | None, d_target: torch.Tensor | None, d_entropy: torch.Tensor | None,
               d_lsq: torch.Tensor | None, d_sum: torch.Tensor | None, d_top1: torch.Tensor | None) -> tuple:
-    x, w, b, targets, lse, mean = ctx.saved_tensors
-    given = (d_lse, d_target, d_mean, d_sum)
+    x, w, b, targets, lse, entropy = ctx.saved_tensors
+    given = (d_lse, d_target, d_entropy, d_sum)
     if all(g is None for g in given):
         return None, None, None, None, None, None, None
     grads = [torch.zeros_like(lse) if g is None else g.to(torch.float32).contiguous() for g in given]
-    dx, dw, db = lm_head_stats_bwd_op(x, w, b, targets, lse, mean, *grads, *ctx.transform)
+    dx, dw, db = lm_head_stats_bwd_op(x, w, b, targets, lse, entropy, *grads, *ctx.transform)
     return dx, dw, (db.to(b.dtype) if ctx.has_bias else None), None, None, None, None
 
 
