@@ -5,7 +5,7 @@ through log_probs and entropy; none through the others), with a bias, a logit sc
 a temperature, and TRL's quirks (a soft cap of 0 is a cap of 1; targets of ignored positions are 0);
 which function serves which model (`dispatch`): a marked model the kernel, any other model and any
 call the kernel cannot serve TRL's own, with the reason said once; a TRL of another signature left
-alone."""
+alone; loss options refused under TRL's head."""
 
 from __future__ import annotations
 
@@ -174,3 +174,22 @@ def test_a_trl_of_another_signature_is_left_alone(tokamax, monkeypatch):
                                          r"'targets'\), not TRL 1.16's"):
         assert dispatch.install() is False
     assert trl_utils._ChunkedLogProbFunction is Other
+
+
+def test_loss_options_are_refused_under_trls_head(tokamax, calls):
+    """z_loss, label_smoothing and reduction act on the labels path only; TRL computes its own loss from the
+    head's log-probs, so a fused-head call of a model given them is refused, naming them (before: TRL's loss
+    trained without them, silently). Given use_fused_loss(model) again without them, the head runs."""
+    model = tokamax.use_fused_loss(_model(tokamax, False), z_loss=1e-4, label_smoothing=0.1)
+    trl_utils.add_fused_lm_head(model, outputs=("log_probs",))
+    ids = torch.randint(2, VOCAB, (2, 9), generator=torch.Generator().manual_seed(4))
+    for grad in (True, False):  # the training step, and a metrics-only call (SFT's label_smoothing_factor)
+        with torch.set_grad_enabled(grad), pytest.raises(ValueError, match=(
+                r"tokamax use_fused_loss: LlamaForCausalLM was given z_loss=0.0001, label_smoothing=0.1, which act on "
+                r"transformers' loss \(a forward with labels\) only; TRL's trainers compute their own loss from the "
+                r"fused LM head's log-probs")):
+            model(input_ids=ids, labels=ids, fused_lm_head=True)
+    assert calls() == {"kernel": 0, "trl": 0}
+    tokamax.use_fused_loss(model)
+    assert model(input_ids=ids, labels=ids, fused_lm_head=True).log_probs.shape == (2, 8)
+    assert calls() == {"kernel": 1, "trl": 0}

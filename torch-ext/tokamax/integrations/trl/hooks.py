@@ -3,7 +3,10 @@ knows which model it serves: TRL's patched forward runs inside the model's `__ca
 calls `model(..., fused_lm_head=True)`; PEFT's wrapper and DDP call the same model), so a pre-hook
 that sees `fused_lm_head=True` pushes the model on `dispatch.active` (and binds TRL's name, the
 first time), and the post-hook pops it, also when the forward raises. Hooks travel with the model
-(a `copy.deepcopy` for TRL's reference model keeps them)."""
+(a `copy.deepcopy` for TRL's reference model keeps them).
+
+The pre-hook refuses a model given loss options (`use_fused_loss(model, z_loss=...)`): they act on
+transformers' loss only, and TRL computes its own loss from the head's log-probs."""
 
 from __future__ import annotations
 
@@ -16,8 +19,20 @@ from . import dispatch
 _TOKENS = "_tokamax_trl_tokens"  # per module, one ContextVar token per fused forward still running
 
 
+def _refuse_loss_options(module: torch.nn.Module) -> None:
+    options = getattr(module, "_tokamax_loss_options", None)
+    given = [] if options is None else options.given()
+    if given:
+        raise ValueError(
+            f"tokamax use_fused_loss: {type(module).__name__} was given {', '.join(given)}, which act on "
+            "transformers' loss (a forward with labels) only; TRL's trainers compute their own loss from the fused "
+            "LM head's log-probs and would train without them: call tokamax.use_fused_loss(model) without them "
+            "under TRL (SFT smooths labels with SFTConfig(label_smoothing_factor=...), on full logits)")
+
+
 def _enter(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
     if kwargs.get("fused_lm_head"):
+        _refuse_loss_options(module)
         dispatch.install()
         module.__dict__.setdefault(_TOKENS, []).append(dispatch.active.set((*dispatch.active.get(), module)))
 

@@ -14,7 +14,8 @@ transformers' tensor-parallel plan and FSDP2, `sharding` gives the loss the head
 see it. TRL's fused head, which its trainers call instead of the labels path, is served through the
 hooks of `integrations.trl`.
 
-Options (Liger-Kernel's): z-loss, label smoothing, reduction ("mean", "sum", "none"): `LossOptions`.
+Options (Liger-Kernel's): z-loss, label smoothing, reduction ("mean", "sum", "none"): `LossOptions`;
+they act on the labels path only, and TRL's fused-head calls of a model given them are refused.
 Refused: a loss function other than transformers' `ForCausalLMLoss` (a custom `loss_function`,
 another `loss_type`), and a forward that changes the logits otherwise before its loss function or
 does not call it (each detected, with a message).
@@ -138,7 +139,8 @@ def use_fused_loss(model: torch.nn.Module, *, z_loss: float = 0.0, label_smoothi
     """Makes `model` (a transformers causal LM) compute its training loss with the fused loss, and TRL's
     fused LM head run on the kernel for it; returns it. Applies to this model object only (not its
     class); calling it again changes only the options. `z_loss`, `label_smoothing`, `reduction`: see
-    `LossOptions` (the labels path only: TRL computes its own losses from the head's outputs).
+    `LossOptions` (the labels path only: TRL computes its own losses from the head's outputs, and its
+    fused-head calls of a model given them are refused).
     A PEFT model is served through its base model (`get_base_model()`) and returned as given."""
     given, model = model, _peft_base(model)
     _head(model)  # refused now if it cannot serve; looked up again at each step
