@@ -5,7 +5,7 @@ through log_probs and entropy; none through the others), with a bias, a logit sc
 a temperature, and TRL's quirks (a soft cap of 0 is a cap of 1; targets of ignored positions are 0);
 which function serves which model (`dispatch`): a marked model the kernel, any other model and any
 call the kernel cannot serve TRL's own, with the reason said once; a TRL of another signature left
-alone; loss options refused under TRL's head."""
+alone; loss options refused under TRL's head; `use_fused_loss` after TRL's head keeps it."""
 
 from __future__ import annotations
 
@@ -193,3 +193,21 @@ def test_loss_options_are_refused_under_trls_head(tokamax, calls):
     tokamax.use_fused_loss(model)
     assert model(input_ids=ids, labels=ids, fused_lm_head=True).log_probs.shape == (2, 8)
     assert calls() == {"kernel": 1, "trl": 0}
+
+
+def test_use_fused_loss_after_trls_head_keeps_it(tokamax, calls):
+    """TRL patched the model first (a trainer built before use_fused_loss): use_fused_loss wraps the forward the
+    model has, so TRL's fused head stays and runs the kernel (before: replaced by the class's forward, the trainer
+    got a plain output), and a step with labels still gets the fused loss, equal to transformers' own."""
+    plain, model = _model(tokamax, False), _model(tokamax, False)
+    for m in (plain, model):
+        trl_utils.add_fused_lm_head(m, outputs=("log_probs", "entropy"))
+    assert tokamax.use_fused_loss(model) is model
+    ids = torch.randint(2, VOCAB, (2, 9), generator=torch.Generator().manual_seed(5))
+    got, want = (m(input_ids=ids, labels=ids, fused_lm_head=True) for m in (model, plain))
+    assert calls() == {"kernel": 1, "trl": 1}
+    for name in ("log_probs", "entropy"):
+        torch.testing.assert_close(getattr(got, name), getattr(want, name), rtol=1e-5, atol=2e-5)
+    got, want = (m(input_ids=ids, labels=ids) for m in (model, plain))
+    assert got.logits is None and want.logits is not None
+    torch.testing.assert_close(got.loss, want.loss, rtol=1e-5, atol=1e-6)
