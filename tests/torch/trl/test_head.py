@@ -5,7 +5,8 @@ through log_probs and entropy; none through the others), with a bias, a logit sc
 a temperature, and TRL's quirks (a soft cap of 0 is a cap of 1; targets of ignored positions are 0);
 which function serves which model (`dispatch`): a marked model the kernel, any other model and any
 call the kernel cannot serve TRL's own, with the reason said once; a TRL of another signature left
-alone; loss options refused under TRL's head; `use_fused_loss` after TRL's head keeps it."""
+alone; loss options refused under TRL's head; `use_fused_loss` after TRL's head keeps it; a reference
+model out of reach (TRL imported after `use_fused_loss`) said once."""
 
 from __future__ import annotations
 
@@ -195,10 +196,12 @@ def test_loss_options_are_refused_under_trls_head(tokamax, calls):
     assert calls() == {"kernel": 1, "trl": 0}
 
 
-def test_use_fused_loss_after_trls_head_keeps_it(tokamax, calls):
+def test_use_fused_loss_after_trls_head_keeps_it(tokamax, calls, monkeypatch):
     """TRL patched the model first (a trainer built before use_fused_loss): use_fused_loss wraps the forward the
     model has, so TRL's fused head stays and runs the kernel (before: replaced by the class's forward, the trainer
     got a plain output), and a step with labels still gets the fused loss, equal to transformers' own."""
+    dispatch = importlib.import_module(f"{tokamax.__name__}.integrations.trl.dispatch")
+    monkeypatch.setattr(dispatch, "missed", None, raising=False)  # what use_fused_loss notes here stays in this test
     plain, model = _model(tokamax, False), _model(tokamax, False)
     for m in (plain, model):
         trl_utils.add_fused_lm_head(m, outputs=("log_probs", "entropy"))
@@ -211,3 +214,37 @@ def test_use_fused_loss_after_trls_head_keeps_it(tokamax, calls):
     got, want = (m(input_ids=ids, labels=ids) for m in (model, plain))
     assert got.logits is None and want.logits is not None
     torch.testing.assert_close(got.loss, want.loss, rtol=1e-5, atol=1e-6)
+
+
+def test_trl_imported_after_use_fused_loss_is_said_at_an_unserved_models_call(tokamax, calls, monkeypatch):
+    """With TRL not imported when use_fused_loss ran, its trainers bind TRL's own add_fused_lm_head, so a reference
+    model TRL loads itself cannot be followed: its first fused-head call (TRL's function) says so, once."""
+    import sys
+
+    dispatch = importlib.import_module(f"{tokamax.__name__}.integrations.trl.dispatch")
+    monkeypatch.setattr(dispatch, "missed", None, raising=False)
+    monkeypatch.setattr(dispatch, "_warned", set())
+    policy = _model(tokamax, False)
+    policy.config._name_or_path = "org/policy"  # a checkpoint TRL could load a reference model from
+    with monkeypatch.context() as hidden:
+        hidden.delitem(sys.modules, "trl")
+        tokamax.use_fused_loss(policy)
+    reference = _model(tokamax, False)
+    reference.config._name_or_path = "org/policy"
+    trl_utils.add_fused_lm_head(policy, outputs=("log_probs",))
+    # what a trainer module imported after use_fused_loss holds: TRL's own function, not the one that follows
+    own = getattr(trl_utils.add_fused_lm_head, "_tokamax_original", trl_utils.add_fused_lm_head)
+    own(reference, outputs=("log_probs",))
+    ids = torch.randint(2, VOCAB, (2, 9), generator=torch.Generator().manual_seed(6))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for model in (policy, reference, reference):
+            with torch.no_grad():
+                model(input_ids=ids, labels=ids, fused_lm_head=True)
+    said = [str(w.message) for w in seen if "tokamax use_fused_loss" in str(w.message)]
+    assert said == ["tokamax use_fused_loss: TRL's fused LM head runs TRL's own function for a model use_fused_loss "
+                    "was not called on: TRL was not imported when use_fused_loss(LlamaForCausalLM) ran, so a reference "
+                    "model the trainer loaded itself (DPO and KTO without ref_model, GRPO and RLOO with beta > 0) is "
+                    "not served; call use_fused_loss before building the trainer, with trl imported, or pass "
+                    "ref_model=copy.deepcopy(model) after it"], said
+    assert calls() == {"kernel": 1, "trl": 2}

@@ -12,7 +12,8 @@ family's forward is copied. Evaluation, generation and steps without labels run 
 untouched (logits as before). Tied embeddings need nothing (the weight is shared). Under
 transformers' tensor-parallel plan and FSDP2, `sharding` gives the loss the head's weight as it must
 see it. TRL's fused head, which its trainers call instead of the labels path, is served through the
-hooks of `integrations.trl`.
+hooks of `integrations.trl` (and a reference model TRL loads from the same checkpoint, through
+`integrations.trl.reference`).
 
 The wrapper wraps the forward the model has: one set on the instance (TRL's fused head, from a
 trainer built before; accelerate's autocast wrapper, from `prepare`) is kept inside it, so the
@@ -39,6 +40,7 @@ from typing import Any
 import torch
 
 from ...trl import hooks as trl_hooks
+from ...trl import reference as trl_reference
 from . import sharding
 from .causal_lm import LossOptions, causal_lm_loss
 from .logits import LogitsToBe
@@ -174,6 +176,7 @@ def use_fused_loss(model: torch.nn.Module, *, z_loss: float = 0.0, label_smoothi
     forward = _inner_forward(model)
     model._tokamax_loss_options = options
     trl_hooks.attach(model)
+    trl_reference.follow(model)
     signature = inspect.signature(type(model).forward)
 
     @functools.wraps(type(model).forward)  # the class's signature, which Trainer and generate read
