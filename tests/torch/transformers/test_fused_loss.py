@@ -14,7 +14,8 @@
 - evaluation and generation are untouched, a training output holds no logits, and what is refused
   says why;
 - a PEFT model (LoRA) given to use_fused_loss trains to the same PEFT model's loss and adapter gradients,
-  and an adapter on lm_head is refused (PEFT is pinned in the main Torch tier only: not kernels_ci).
+  and an adapter on lm_head is refused (PEFT is pinned in the main Torch tier only: not kernels_ci);
+- use_fused_loss after accelerate's prepare keeps its bf16 autocast (the same step as before prepare).
 """
 
 from __future__ import annotations
@@ -256,6 +257,43 @@ def test_the_forward_keeps_its_signature_and_copies_keep_their_own(tokamax):
     assert inspect.signature(fused.forward) == inspect.signature(plain.forward)
     twin = copy.deepcopy(fused)
     assert twin.forward.__self__ is twin and tokamax.use_fused_loss(twin) is twin
+
+
+@pytest.fixture
+def bf16_accelerator():  # noqa: ANN201
+    """accelerate's Accelerator with bf16 mixed precision on CPU (its state reset after: Trainer makes its own)."""
+    accelerate = pytest.importorskip("accelerate", reason="accelerate is pinned in the main Torch tier only")
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield accelerate.Accelerator(mixed_precision="bf16", cpu=True)
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_use_fused_loss_after_accelerates_prepare_keeps_its_autocast(tokamax, reference_kernel, bf16_accelerator):
+    """accelerate's prepare sets a forward on the instance that runs the model under autocast: use_fused_loss
+    after it wraps that forward (before: the class's, so the step ran in float32, silently). The step's
+    computation (an MLP's output dtype), loss and gradients are those of use_fused_loss before prepare."""
+    then, first = _models("llama", tokamax)  # equal weights; use_fused_loss already on `first`
+    then = bf16_accelerator.prepare_model(then)
+    assert "forward" in then.__dict__  # accelerate's autocast wrapper
+    assert tokamax.use_fused_loss(then) is then
+    first = bf16_accelerator.prepare_model(first)
+    ids, mask, labels = _batch()
+    results = []
+    for model in (first, then):
+        dtypes = []
+        hook = model.model.layers[0].mlp.register_forward_hook(lambda m, a, out, seen=dtypes: seen.append(out.dtype))
+        out, grads = _loss_and_grads(model, input_ids=ids, attention_mask=mask, labels=labels)
+        hook.remove()
+        results.append((dtypes, out, grads))
+    (want_dtypes, want, want_grads), (got_dtypes, got, got_grads) = results
+    assert want_dtypes == [torch.bfloat16] and got_dtypes == want_dtypes, (got_dtypes, want_dtypes)
+    assert got.logits is None and got.loss.dtype == torch.float32
+    torch.testing.assert_close(got.loss, want.loss, rtol=0, atol=0)
+    assert got_grads.keys() == want_grads.keys()
+    for name in want_grads:
+        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")
 
 
 def _graph_shapes(step, *args) -> list[tuple[int, ...]]:  # noqa: ANN001

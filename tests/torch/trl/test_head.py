@@ -6,7 +6,8 @@ a temperature, and TRL's quirks (a soft cap of 0 is a cap of 1; targets of ignor
 which function serves which model (`dispatch`): a marked model the kernel, any other model and any
 call the kernel cannot serve TRL's own, with the reason said once; a TRL of another signature left
 alone; the entropy of confident rows (logits ~40) against TRL's function and float64; ignored labels
-(-100) through TRL's fused forward."""
+(-100) through TRL's fused forward; loss options refused under TRL's head; `use_fused_loss` after TRL's
+head keeps it; a reference model out of reach (TRL imported after `use_fused_loss`) said once."""
 
 from __future__ import annotations
 
@@ -221,3 +222,76 @@ def test_a_trl_of_another_signature_is_left_alone(tokamax, monkeypatch):
                                          r"'targets'\), not TRL 1.16's"):
         assert dispatch.install() is False
     assert trl_utils._ChunkedLogProbFunction is Other
+
+
+def test_loss_options_are_refused_under_trls_head(tokamax, calls):
+    """z_loss, label_smoothing and reduction act on the labels path only; TRL computes its own loss from the
+    head's log-probs, so a fused-head call of a model given them is refused, naming them (before: TRL's loss
+    trained without them, silently). Given use_fused_loss(model) again without them, the head runs."""
+    model = tokamax.use_fused_loss(_model(tokamax, False), z_loss=1e-4, label_smoothing=0.1)
+    trl_utils.add_fused_lm_head(model, outputs=("log_probs",))
+    ids = torch.randint(2, VOCAB, (2, 9), generator=torch.Generator().manual_seed(4))
+    for grad in (True, False):  # the training step, and a metrics-only call (SFT's label_smoothing_factor)
+        with torch.set_grad_enabled(grad), pytest.raises(ValueError, match=(
+                r"tokamax use_fused_loss: LlamaForCausalLM was given z_loss=0.0001, label_smoothing=0.1, which act on "
+                r"transformers' loss \(a forward with labels\) only; TRL's trainers compute their own loss from the "
+                r"fused LM head's log-probs")):
+            model(input_ids=ids, labels=ids, fused_lm_head=True)
+    assert calls() == {"kernel": 0, "trl": 0}
+    tokamax.use_fused_loss(model)
+    assert model(input_ids=ids, labels=ids, fused_lm_head=True).log_probs.shape == (2, 8)
+    assert calls() == {"kernel": 1, "trl": 0}
+
+
+def test_use_fused_loss_after_trls_head_keeps_it(tokamax, calls, monkeypatch):
+    """TRL patched the model first (a trainer built before use_fused_loss): use_fused_loss wraps the forward the
+    model has, so TRL's fused head stays and runs the kernel (before: replaced by the class's forward, the trainer
+    got a plain output), and a step with labels still gets the fused loss, equal to transformers' own."""
+    dispatch = importlib.import_module(f"{tokamax.__name__}.integrations.trl.dispatch")
+    monkeypatch.setattr(dispatch, "missed", None, raising=False)  # what use_fused_loss notes here stays in this test
+    plain, model = _model(tokamax, False), _model(tokamax, False)
+    for m in (plain, model):
+        trl_utils.add_fused_lm_head(m, outputs=("log_probs", "entropy"))
+    assert tokamax.use_fused_loss(model) is model
+    ids = torch.randint(2, VOCAB, (2, 9), generator=torch.Generator().manual_seed(5))
+    got, want = (m(input_ids=ids, labels=ids, fused_lm_head=True) for m in (model, plain))
+    assert calls() == {"kernel": 1, "trl": 1}
+    for name in ("log_probs", "entropy"):
+        torch.testing.assert_close(getattr(got, name), getattr(want, name), rtol=1e-5, atol=2e-5)
+    got, want = (m(input_ids=ids, labels=ids) for m in (model, plain))
+    assert got.logits is None and want.logits is not None
+    torch.testing.assert_close(got.loss, want.loss, rtol=1e-5, atol=1e-6)
+
+
+def test_trl_imported_after_use_fused_loss_is_said_at_an_unserved_models_call(tokamax, calls, monkeypatch):
+    """With TRL not imported when use_fused_loss ran, its trainers bind TRL's own add_fused_lm_head, so a reference
+    model TRL loads itself cannot be followed: its first fused-head call (TRL's function) says so, once."""
+    import sys
+
+    dispatch = importlib.import_module(f"{tokamax.__name__}.integrations.trl.dispatch")
+    monkeypatch.setattr(dispatch, "missed", None, raising=False)
+    monkeypatch.setattr(dispatch, "_warned", set())
+    policy = _model(tokamax, False)
+    policy.config._name_or_path = "org/policy"  # a checkpoint TRL could load a reference model from
+    with monkeypatch.context() as hidden:
+        hidden.delitem(sys.modules, "trl")
+        tokamax.use_fused_loss(policy)
+    reference = _model(tokamax, False)
+    reference.config._name_or_path = "org/policy"
+    trl_utils.add_fused_lm_head(policy, outputs=("log_probs",))
+    # what a trainer module imported after use_fused_loss holds: TRL's own function, not the one that follows
+    own = getattr(trl_utils.add_fused_lm_head, "_tokamax_original", trl_utils.add_fused_lm_head)
+    own(reference, outputs=("log_probs",))
+    ids = torch.randint(2, VOCAB, (2, 9), generator=torch.Generator().manual_seed(6))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for model in (policy, reference, reference):
+            with torch.no_grad():
+                model(input_ids=ids, labels=ids, fused_lm_head=True)
+    said = [str(w.message) for w in seen if "tokamax use_fused_loss" in str(w.message)]
+    assert said == ["tokamax use_fused_loss: TRL's fused LM head runs TRL's own function for a model use_fused_loss "
+                    "was not called on: TRL was not imported when use_fused_loss(LlamaForCausalLM) ran, so a reference "
+                    "model the trainer loaded itself (DPO and KTO without ref_model, GRPO and RLOO with beta > 0) is "
+                    "not served; call use_fused_loss before building the trainer, with trl imported, or pass "
+                    "ref_model=copy.deepcopy(model) after it"], said
+    assert calls() == {"kernel": 1, "trl": 2}

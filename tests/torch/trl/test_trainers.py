@@ -9,11 +9,17 @@ SFT runs on tokamax attention (splash), with and without a LoRA adapter (PEFT; T
 `get_base_model()`); DPO and KTO on sdpa, with a deep-copied reference model; GRPO trains on
 `kernels-community/tokamax:flash_attention` and generates its rollouts with continuous batching on
 the same name (batched RPA; upstream's reference on CPU), so both sides sample the same completions.
+
+DPO without a reference model (TRL loads one from the policy's checkpoint): with `use_fused_loss` before
+the trainer, the kernel serves that model too; after the trainer was built, the policy still trains on the
+kernel (its TRL head kept) and the reference model, which TRL patched before, runs TRL's own function and
+says so once.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 
 import pytest
 
@@ -115,4 +121,39 @@ def test_one_step_equals_trls_own_head(tokamax, paged_calls, case):
         assert ours["ops"]["splash_attention"] >= 1 and ours["ops"]["splash_attention_bwd"] >= 1, ours["ops"]
     if attention == FLASH:
         assert paged_calls, "continuous batching's forwards did not reach flash_paged"
+    trainers.assert_same_step(ours, theirs)
+
+
+def _dpo_own_reference(net, tok):  # noqa: ANN001, ANN202
+    """DPO given no ref_model: TRL loads the reference model from the policy's checkpoint."""
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+
+    data = Dataset.from_dict({"prompt": ["ab", "cd"], "chosen": [" yes, surely", " ok"],
+                              "rejected": [" no", " bad idea"]})
+    trainer = DPOTrainer(model=net, train_dataset=data, processing_class=tok,
+                         args=DPOConfig(max_length=32, **trainers.arguments()))
+    assert trainer.ref_model is not None and trainer.ref_model is not net
+    return trainer
+
+
+@pytest.mark.parametrize("when", ["before the trainer", "after the trainer"])
+def test_dpo_with_the_reference_model_trl_loads_itself(tokamax, monkeypatch, when):
+    dispatch = importlib.import_module(f"{tokamax.__name__}.integrations.trl.dispatch")
+    monkeypatch.setattr(dispatch, "_warned", set())  # each case sees its own warnings
+    monkeypatch.setattr(dispatch, "missed", None, raising=False)  # and what use_fused_loss notes stays in it
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ours = trainers.one_step(tokamax, "sdpa", _dpo_own_reference, ours=True, build=trainers.saved,
+                                 after=when == "after the trainer")
+    said = [str(w.message) for w in seen if "tokamax use_fused_loss" in str(w.message)]
+    theirs = trainers.one_step(tokamax, "sdpa", _dpo_own_reference, ours=False, build=trainers.saved)
+    assert theirs["calls"]["kernel"] == 0 and theirs["calls"]["trl"] >= 2, theirs["calls"]  # policy and reference
+    assert ours["ops"]["lm_head_stats"] == ours["calls"]["kernel"] and ours["ops"]["lm_head_stats_bwd"] >= 1
+    assert sum(ours["calls"].values()) == theirs["calls"]["trl"], (ours["calls"], theirs["calls"])
+    if when == "before the trainer":
+        assert ours["calls"]["trl"] == 0 and not said, (ours["calls"], said)
+    else:  # the policy on the kernel, the reference model (patched by TRL before) on TRL's own, said once
+        assert ours["calls"]["kernel"] >= 1 and ours["calls"]["trl"] >= 1, ours["calls"]
+        assert len(said) == 1 and "reference model" in said[0] and "before building the trainer" in said[0], said
     trainers.assert_same_step(ours, theirs)

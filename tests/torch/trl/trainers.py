@@ -3,7 +3,9 @@ tokenizer, head_dim 128 as the attention kernels take it), tiny datasets, one-st
 arguments (float32, no gradient checkpointing, plain SGD so that the step's parameter change is
 the gradient), and `one_step`, which trains a fresh copy of the model under a trainer and reports
 its logged metrics, every parameter's change, how many fused-head calls each function served and
-which of the kernel's custom ops ran (in this thread: continuous batching generates in it too)."""
+which of the kernel's custom ops ran (in this thread: continuous batching generates in it too).
+`saved(attention)` is the same model loaded from a checkpoint on disk, as TRL needs it to load a
+reference model itself."""
 
 from __future__ import annotations
 
@@ -38,6 +40,17 @@ def model(attention: str) -> transformers.PreTrainedModel:
     return transformers.Qwen3ForCausalLM(config).float()
 
 
+def saved(attention: str) -> transformers.PreTrainedModel:
+    """`model(attention)` saved and loaded back (`config._name_or_path` names its directory, which TRL
+    loads a reference model from when given none)."""
+    directory = tempfile.mkdtemp()
+    model(attention).save_pretrained(directory)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
+                                                               attn_implementation=attention)
+    assert loaded.config._name_or_path == directory
+    return loaded
+
+
 def arguments(**extra: Any) -> dict[str, Any]:
     return dict(output_dir=tempfile.mkdtemp(), max_steps=1, per_device_train_batch_size=2, report_to="none",
                 save_strategy="no", logging_steps=1, use_cpu=True, bf16=False, gradient_checkpointing=False,
@@ -46,17 +59,20 @@ def arguments(**extra: Any) -> dict[str, Any]:
 
 
 def one_step(tokamax: ModuleType, attention: str, make_trainer: Callable[[torch.nn.Module, Any], Any],
-             ours: bool) -> dict[str, Any]:
-    """One training step of a fresh tiny model (with `use_fused_loss` when `ours`) under `make_trainer(model,
-    tokenizer)`: {"logs": the step's logged numbers, "deltas": each trained parameter's change, "calls": the
-    fused-head calls served by the kernel and by TRL's own function}."""
+             ours: bool, build: Callable[[str], torch.nn.Module] = model, after: bool = False) -> dict[str, Any]:
+    """One training step of a fresh tiny model (`build(attention)`; with `use_fused_loss` when `ours`, called
+    after the trainer was built when `after`) under `make_trainer(model, tokenizer)`: {"logs": the step's logged
+    numbers, "deltas": each trained parameter's change, "calls": the fused-head calls served by the kernel and by
+    TRL's own function}."""
     dispatch = importlib.import_module(f"{tokamax.__name__}.integrations.trl.dispatch")
-    net = model(attention)
-    if ours:
+    net = build(attention)
+    if ours and not after:
         tokamax.use_fused_loss(net)
     before = {n: p.detach().clone() for n, p in net.named_parameters()}
     counted = dict(dispatch.calls)
     trainer = make_trainer(net, byte_tokenizer())
+    if ours and after:
+        tokamax.use_fused_loss(net)
     with ExportProbe(namespace(tokamax)) as probe:
         trainer.train()
     logs = next(entry for entry in trainer.state.log_history if "loss" in entry)

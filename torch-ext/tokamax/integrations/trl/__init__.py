@@ -3,6 +3,7 @@ TRL adds to every model it trains, runs `torch_ops.lm_head_statistics` for a mod
 `tokamax.use_fused_loss(model)` marked, with TRL's own code unchanged.
 
 - `hooks`: forward hooks telling which model a fused forward serves.
+- `reference`: a reference model TRL loads from the policy's checkpoint gets those hooks too.
 - `dispatch`: what stands where TRL looks up its function, and the fallback to TRL's own.
 - `head`: TRL's contract (nine arguments, five outputs) on the kernel.
 """

@@ -52,6 +52,11 @@ class LossOptions:
     def plain(self) -> bool:
         return not self.z_loss and not self.label_smoothing
 
+    def given(self) -> list[str]:
+        """The options set away from their defaults, as `name=value` (for messages)."""
+        return [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
+                if getattr(self, f.name) != f.default]
+
 
 def _shifted(labels: torch.Tensor | None, shift_labels: torch.Tensor | None, ignore_index: int) -> torch.Tensor:
     if shift_labels is not None:

@@ -12,9 +12,16 @@ family's forward is copied. Evaluation, generation and steps without labels run 
 untouched (logits as before). Tied embeddings need nothing (the weight is shared). Under
 transformers' tensor-parallel plan and FSDP2, `sharding` gives the loss the head's weight as it must
 see it. TRL's fused head, which its trainers call instead of the labels path, is served through the
-hooks of `integrations.trl`.
+hooks of `integrations.trl` (and a reference model TRL loads from the same checkpoint, through
+`integrations.trl.reference`).
 
-Options (Liger-Kernel's): z-loss, label smoothing, reduction ("mean", "sum", "none"): `LossOptions`.
+The wrapper wraps the forward the model has: one set on the instance (TRL's fused head, from a
+trainer built before; accelerate's autocast wrapper, from `prepare`) is kept inside it, so the
+order of `use_fused_loss`, the trainer and `prepare` does not matter; a call with
+`fused_lm_head=True` (TRL's) goes straight to it.
+
+Options (Liger-Kernel's): z-loss, label smoothing, reduction ("mean", "sum", "none"): `LossOptions`;
+they act on the labels path only, and TRL's fused-head calls of a model given them are refused.
 Refused: a loss function other than transformers' `ForCausalLMLoss` (a custom `loss_function`,
 another `loss_type`), and a forward that changes the logits otherwise before its loss function or
 does not call it (each detected, with a message).
@@ -27,12 +34,13 @@ import functools
 import inspect
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from ...trl import hooks as trl_hooks
+from ...trl import reference as trl_reference
 from . import sharding
 from .causal_lm import LossOptions, causal_lm_loss
 from .logits import LogitsToBe
@@ -91,6 +99,21 @@ def _check_loss_function(model: torch.nn.Module) -> None:
             "call tokamax.torch_ops.linear_softmax_cross_entropy_loss from your loss on the hidden states")
 
 
+def _inner_forward(model: torch.nn.Module) -> Callable[..., Any]:
+    """The forward the fused one wraps, as a function of the model (so that a copy, whose methods are rebound,
+    runs its own): the one set on the instance (TRL's fused head, accelerate's autocast wrapper), else the
+    class's."""
+    own = model.__dict__.get("forward")
+    if own is None:
+        return type(model).forward
+    if isinstance(own, types.MethodType) and own.__self__ is model:
+        return own.__func__
+    raise TypeError(f"tokamax use_fused_loss: {type(model).__name__}.forward is set on the instance as "
+                    f"{type(own).__qualname__} {getattr(own, '__qualname__', '')}, not a method of the model, which "
+                    "the fused loss cannot wrap and keep: call use_fused_loss before what set it (e.g. before "
+                    "building the trainer, or accelerate's prepare)")
+
+
 @contextlib.contextmanager
 def _hidden_states_as_logits(model: torch.nn.Module, head: torch.nn.Linear,
                              options: LossOptions) -> Iterator[dict[str, Any]]:
@@ -101,7 +124,9 @@ def _hidden_states_as_logits(model: torch.nn.Module, head: torch.nn.Linear,
 
     def hand_through(hidden: torch.Tensor) -> LogitsToBe:
         seen["hidden"] = hidden
-        return LogitsToBe(hidden, name)
+        device = hidden.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else head.weight.dtype
+        return LogitsToBe(hidden, name, dtype=dtype)
 
     def fused_loss(logits: Any, labels: torch.Tensor | None, vocab_size: int | None = None,
                    **kwargs: Any) -> torch.Tensor:
@@ -138,19 +163,26 @@ def use_fused_loss(model: torch.nn.Module, *, z_loss: float = 0.0, label_smoothi
     """Makes `model` (a transformers causal LM) compute its training loss with the fused loss, and TRL's
     fused LM head run on the kernel for it; returns it. Applies to this model object only (not its
     class); calling it again changes only the options. `z_loss`, `label_smoothing`, `reduction`: see
-    `LossOptions` (the labels path only: TRL computes its own losses from the head's outputs).
+    `LossOptions` (the labels path only: TRL computes its own losses from the head's outputs, and its
+    fused-head calls of a model given them are refused). Before or after a TRL trainer was built or
+    accelerate prepared the model: the forward set on the instance is kept, inside.
     A PEFT model is served through its base model (`get_base_model()`) and returned as given."""
     given, model = model, _peft_base(model)
     _head(model)  # refused now if it cannot serve; looked up again at each step
-    model._tokamax_loss_options = LossOptions(z_loss=z_loss, label_smoothing=label_smoothing, reduction=reduction)
-    trl_hooks.attach(model)
+    options = LossOptions(z_loss=z_loss, label_smoothing=label_smoothing, reduction=reduction)
     if getattr(model, "_tokamax_fused_loss", False):
+        model._tokamax_loss_options = options
         return given
-    forward = type(model).forward
-    signature = inspect.signature(forward)
+    forward = _inner_forward(model)
+    model._tokamax_loss_options = options
+    trl_hooks.attach(model)
+    trl_reference.follow(model)
+    signature = inspect.signature(type(model).forward)
 
-    @functools.wraps(forward)
+    @functools.wraps(type(model).forward)  # the class's signature, which Trainer and generate read
     def fused_forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("fused_lm_head"):  # TRL's fused head (set before use_fused_loss): TRL computes its own loss
+            return forward(self, *args, **kwargs)
         labels = signature.bind_partial(self, *args, **kwargs).arguments.get("labels")
         if not self.training or labels is None:
             return forward(self, *args, **kwargs)
