@@ -5,6 +5,8 @@
 #   jax          Python 3.12, jax 0.12: tests/ but tests/torch
 #   torch-py312  Python 3.12, torch 2.13, torch-tpu 0.2.0, jax 0.12 (the stack TPU users install):
 #                tests/torch and tests/kernel, as two jobs (torch-py312-transformers: tests/torch/transformers)
+#   torch-py312-tf525  the same stack on transformers 5.25.0 with kernels 0.19.1 (the newest transformers; the
+#                main tier keeps 5.22.2): tests/torch/transformers and tests/torch/trl
 #   torch-py311  Python 3.11, torch 2.13 CPU, torch-tpu 0.2.0, jax 0.10.2: the kernels_ci subset and
 #                the ops' refusals that name the jax they need (marker jax_floor)
 #   torch-py313  Python 3.13, torch 2.11 (kernel-builder's), torch-tpu 0.2.0, jax 0.12: the bundle's
@@ -71,6 +73,10 @@ job_torch_py312_transformers() {  # the same tier, its transformers tests as a j
   local python; python=$(ensure_venv torch-tier)
   TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_pytest torch-py312-transformers "$python" "" tests/torch/transformers
 }
+job_torch_py312_tf525() {  # the newest transformers, beside the main tier's 5.22.2
+  local python; python=$(ensure_venv torch-tier-tf525)
+  TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_pytest torch-py312-tf525 "$python" "" tests/torch/transformers tests/torch/trl
+}
 job_torch_py311() {
   local python; python=$(ensure_venv torch-tier-py311)
   TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_pytest torch-py311 "$python" "kernels_ci or jax_floor" tests/torch tests/kernel
@@ -117,16 +123,17 @@ prefetch() {
 }
 
 if [ $fast = 1 ]; then
-  prefetch torch-tier jax-only jax-only-py311 torch-tier-py313 torch-tier-py311 > "$logs/prefetch.log" 2>&1 &
+  prefetch torch-tier jax-only jax-only-py311 torch-tier-tf525 torch-tier-py313 torch-tier-py311 \
+    > "$logs/prefetch.log" 2>&1 &
   prefetch_pid=$!
-  run_jobs jax torch-py312 torch-py312-transformers torch-py313 torch-py311
+  run_jobs jax torch-py312 torch-py312-transformers torch-py312-tf525 torch-py313 torch-py311
 else
-  prefetch upstream torch-tier jax-only jax-only-py311 upstream-suite torch-tier-py313 torch-tier-py311 \
+  prefetch upstream torch-tier jax-only jax-only-py311 torch-tier-tf525 upstream-suite torch-tier-py313 torch-tier-py311 \
     > "$logs/prefetch.log" 2>&1 &
   prefetch_pid=$!
   # Longest first, so that the two lanes end together (with the caches of an earlier run: jax ~17.5 min,
   # the Torch tier's transformers tests ~8.5, the rest of it ~10, side port ~8, 3.13 ~3.5, 3.11 ~2.5)
-  run_jobs jax torch-py312-transformers torch-py312 suite-upstream suite-port torch-py313 torch-py311
+  run_jobs jax torch-py312-transformers torch-py312 torch-py312-tf525 suite-upstream suite-port torch-py313 torch-py311
   echo "== upstream suite (tokamax's own tests: upstream against the port)"
   "$jax_python" -m tools.upstream_suite --compare > "$logs/suite-compare.log" 2>&1 || status=1
   cat "$logs/suite-compare.log"
@@ -135,6 +142,6 @@ fi
 
 wait "$prefetch_pid" || true
 [ -f "$reports/kernels-benchmark.txt" ] && cat "$reports/kernels-benchmark.txt"
-"$jax_python" scripts/tier_summary.py "$reports"/{jax-py312,torch-py312,torch-py312-transformers,torch-py311,torch-py313}.xml \
+"$jax_python" scripts/tier_summary.py "$reports"/{jax-py312,torch-py312,torch-py312-transformers,torch-py312-tf525,torch-py311,torch-py313}.xml \
   || status=1
 exit $status

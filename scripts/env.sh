@@ -5,6 +5,7 @@
 # python3), then in pyenv; override it with TOKAMAX_PYTHON312 / TOKAMAX_PYTHON311 / TOKAMAX_PYTHON313.
 #   jax-tier:         3.12  the JAX tier and the bundle build (jax 0.12)
 #   torch-tier:       3.12  the main Torch tier: torch 2.13, torch-tpu 0.2.0, jax 0.12 (what TPU users install)
+#   torch-tier-tf525: 3.12  the same stack on transformers 5.25 with kernels 0.19 (its transformers and TRL tests)
 #   torch-tier-py311: 3.11  the Torch compatibility subset: torch 2.13 CPU, torch-tpu 0.2.0, jax 0.10.2
 #   torch-tier-py313: 3.13  kernel-builder's torch 2.11 with torch-tpu 0.2.0 and jax 0.12
 #   upstream:         3.12  tokamax 0.0.17 with all it drags in (comparisons, benchmarks)
@@ -31,7 +32,7 @@ VENVS="${TOKAMAX_VENVS:-$CACHE_ROOT/venvs}"
 
 _tier_python_version() {
   case "$1" in
-    jax-tier|torch-tier|upstream|upstream-suite|jax-only) echo 3.12 ;;
+    jax-tier|torch-tier|torch-tier-tf525|upstream|upstream-suite|jax-only) echo 3.12 ;;
     torch-tier-py311|jax-only-py311) echo 3.11 ;;
     torch-tier-py313) echo 3.13 ;;
     *) echo "env.sh: unknown tier $1" >&2; return 2 ;;
