@@ -493,9 +493,9 @@ def test_forked_window_requests_match_paged_eager(tokamax, paged, monkeypatch):
 
 # ---- refusals and loading -----------------------------------------------------------------------------------------
 def _refused(tokamax: ModuleType, config: transformers.PreTrainedConfig, *, layer: torch.nn.Module | None = None,
-             dtype: torch.dtype = torch.float32, **options) -> str:  # noqa: ANN003
+             dtype: torch.dtype = torch.float32, drop: tuple[str, ...] = (), **options) -> str:  # noqa: ANN003
     batches = Batches(config, 4, 16, dtype)
-    kwargs = {**batches.step([("a", 3)]), **options}
+    kwargs = {k: v for k, v in {**batches.step([("a", 3)]), **options}.items() if k not in drop}
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     q, k = torch.zeros(1, heads, 3, dim, dtype=dtype), torch.zeros(1, kv_heads, 3, dim, dtype=dtype)
@@ -514,7 +514,8 @@ def _with_sinks() -> torch.nn.Module:
 @pytest.mark.parametrize(("case", "message"), [
     ("window-mismatch", "layer 0 attends over a window of 8 tokens but transformers keeps a window of 16"),
     ("no-positions", "passes no position_ids to its attention function"),
-    ("no-cache", "serves transformers' continuous batching only"),
+    ("no-cache", "called the attention function from continuous batching without its PagedAttentionCache"),
+    ("no-cache-outside-batching", "serves transformers' continuous batching only"),
     ("sinks", "attention sinks (GPT-OSS's s_aux) are not supported"),
     ("dropout", "attention dropout is not supported"),
     ("float16", "must share a dtype among float32 and bfloat16"),
@@ -528,8 +529,12 @@ def test_refusals_say_why_and_what_to_use(tokamax, case, message):
     elif case == "no-positions":  # every layer sliding, and the model does not pass position_ids (Cohere2's way)
         text = _refused(tokamax, cb_models._mistral(sliding_window=16), position_ids=None)
         assert "attn_implementation='paged|eager' or 'sdpa'" in text
-    elif case == "no-cache":
+    elif case == "no-cache":  # transformers >= 5.24's way when the cache is not handed on (handoff)
         text = _refused(tokamax, config, cache=None)
+        assert f"transformers {transformers.__version__} " in text
+        assert "attn_implementation='paged|eager' or 'sdpa'" in text
+    elif case == "no-cache-outside-batching":  # no slot indices: not a continuous-batching call
+        text = _refused(tokamax, config, cache=None, drop=("read_index", "write_index"))
         assert "kernels-community/tokamax:attention" in text
     elif case == "sinks":
         text = _refused(tokamax, config, layer=_with_sinks())
@@ -540,6 +545,89 @@ def test_refusals_say_why_and_what_to_use(tokamax, case, message):
     else:
         text = _refused(tokamax, config, block_table=torch.zeros(1, 1, 4, dtype=torch.int32))
     assert text.startswith("tokamax flash_paged: ") and message in text, text
+
+
+def _handoff(tokamax: ModuleType) -> ModuleType:
+    return importlib.import_module(f"{tokamax.__name__}.integrations.transformers.paged.handoff")
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("attention", [cb_models.FLASH_PAGED, "paged|eager"])
+def test_cache_update_hands_the_cache_to_the_kernel(tokamax, attention):
+    """transformers >= 5.24 calls `cache.update` in the model and passes no cache to the attention function: for a
+    cache whose model runs the kernel, the wrapped update hands the cache on in the kwargs and leaves the new tokens,
+    the per-kind lengths and transformers' own cache tensor as they were; any other cache gets transformers' own
+    update (the same outputs as the unwrapped function's)."""
+    from transformers.integrations.hub_kernels import load_and_register_attn_kernel
+
+    load_and_register_attn_kernel(cb_models.FLASH_PAGED)
+    config = _config()
+    config._attn_implementation = attention
+    ours, theirs = Batches(config, 4, 16), Batches(config, 4, 16)
+    work = [("a", 3), ("b", 2)]
+    kwargs, kwargs_theirs = ours.step(work), theirs.step(work)
+    del kwargs["cache"], kwargs_theirs["cache"]
+    g = torch.Generator().manual_seed(7)
+    k, v = (torch.randn(1, config.num_key_value_heads, 5, config.head_dim, generator=g) for _ in range(2))
+    before = ours.cache.cache_tensor.clone()
+    got = ours.cache.update(k, v, 0, kwargs)
+    want = PagedAttentionCache.update.__wrapped__(theirs.cache, k, v, 0, kwargs_theirs)
+    if attention == cb_models.FLASH_PAGED:
+        assert kwargs["cache"] is ours.cache and got[0] is k and got[1] is v
+        assert isinstance(kwargs["cu_seq_lens_k"], dict) and isinstance(kwargs["max_length_k"], dict)
+        assert torch.equal(ours.cache.cache_tensor, before)
+    else:
+        assert "cache" not in kwargs and not isinstance(kwargs["cu_seq_lens_k"], dict)
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+        assert torch.equal(ours.cache.cache_tensor, theirs.cache.cache_tensor)
+        assert not torch.equal(ours.cache.cache_tensor, before)
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("change", ["allocator", "signature"])
+def test_an_unknown_cache_structure_refuses_continuous_batching(tokamax, monkeypatch, change):
+    """If transformers' PagedAttentionCache.update or its allocator classes are not what the handoff was written
+    for, nothing is wrapped and every continuous-batching call is refused (even one carrying the cache), naming
+    the transformers version, what differs and what to use: with a "flash" name continuous batching builds no mask,
+    so transformers' own attention would attend across the packed sequences."""
+    from transformers.generation.continuous_batching import cache_allocators
+
+    handoff = _handoff(tokamax)
+    monkeypatch.setattr(handoff, "state", {"installed": False, "why": None})
+    update = PagedAttentionCache.update
+    with monkeypatch.context() as structure:
+        if change == "allocator":
+            renamed = type("SlidingAttentionCacheAllocator", (), {"layer_type": "sliding_window"})
+            structure.setattr(cache_allocators, "SlidingAttentionCacheAllocator", renamed)
+            why = "cache_allocators.SlidingAttentionCacheAllocator is missing or its layer_type is not"
+        else:
+            structure.setattr(PagedAttentionCache, "update", lambda self, key_states, value_states, layer_idx,
+                              **kwargs: None)
+            why = "does not take (self, key_states, value_states, layer_idx, kwargs)"
+        handoff.install(lambda function: True)
+        assert not handoff.state["installed"]
+    assert PagedAttentionCache.update is update
+    text = _refused(tokamax, _config())
+    assert text.startswith(f"tokamax flash_paged: transformers {transformers.__version__}: ") and why in text, text
+    assert "attn_implementation='paged|eager' or 'sdpa'" in text
+    batches = Batches(_config(), 4, 16)
+    q = torch.zeros(1, 4, 3, 32)
+    with pytest.raises(NotImplementedError, match=r"paged\|eager"):
+        tokamax.flash_attention(Layer(0), q, q[:, :2], q[:, :2], None, **batches.step([("a", 3)]))
+
+
+@pytest.mark.kernels_ci
+def test_an_untested_transformers_is_warned_of_once(tokamax, monkeypatch, caplog):
+    handoff = _handoff(tokamax)
+    monkeypatch.setattr(handoff, "state", {"installed": False, "why": None})
+    monkeypatch.setattr(handoff, "TESTED", ("0.0.0",))
+    monkeypatch.setattr(PagedAttentionCache, "update", PagedAttentionCache.update)  # restored afterwards
+    with caplog.at_level("WARNING"):
+        handoff.install(lambda function: False)
+        handoff.install(lambda function: False)
+    said = [r.getMessage() for r in caplog.records if "is untested" in r.getMessage()]
+    assert said == [f"tokamax flash_paged: transformers {transformers.__version__} is untested (tested: 0.0.0); "
+                    "continuous batching's cache is taken from PagedAttentionCache.update"]
 
 
 @pytest.mark.kernels_ci

@@ -16,6 +16,7 @@ from transformers import ContinuousBatchingConfig, GenerationConfig
 from tests.torch.export_probe import ExportProbe
 
 from . import cb_models
+from .cb_batches import Batches, Layer
 from .models import ATTENTION
 
 FLASH = "kernels-community/tokamax:flash_attention"
@@ -73,3 +74,17 @@ def test_continuous_batching_refuses_the_attention_name(tokamax):
     with pytest.raises(ValueError, match="tokamax:attention is not supported for continuous batching"):
         model.generate_batch(cb_models.prompts([3], seed=5),
                              generation_config=GenerationConfig(max_new_tokens=2, do_sample=False, pad_token_id=0))
+
+
+@pytest.mark.kernels_ci
+def test_a_batching_call_without_its_cache_is_refused_not_run_on_splash(tokamax):
+    """A continuous-batching call (its slot indices) that comes without the PagedAttentionCache (transformers >= 5.24
+    when the cache is not handed on) is refused naming the transformers version, rather than run on splash, which
+    with no mask would attend across the packed sequences."""
+    config = cb_models.FAMILIES["llama-gqa"][0]()
+    kwargs = Batches(config, 4, 16).step([("a", 3), ("b", 2)])
+    del kwargs["cache"]
+    q, k = torch.zeros(1, 4, 5, 32), torch.zeros(1, 2, 5, 32)
+    with pytest.raises(NotImplementedError, match="without its PagedAttentionCache") as info:
+        tokamax.flash_attention(Layer(0), q, k, k, None, **kwargs)
+    assert str(info.value).startswith("tokamax flash_paged: transformers ")

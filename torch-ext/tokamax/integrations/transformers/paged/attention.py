@@ -3,7 +3,8 @@
 transformers' continuous batching (`generate_batch`, `init_continuous_batching`) takes "paged|eager", "sdpa" or a
 name with "flash" in it; with "flash" it builds no attention mask and calls, per layer,
 `fn(module, query [1, heads, tokens, dim], key, value [1, kv_heads, tokens, dim], None, ..., cache=..., **kwargs)`
-with the packed new tokens of every scheduled sequence and expects [1, tokens, heads, dim]. This function does
+with the packed new tokens of every scheduled sequence and expects [1, tokens, heads, dim] (since transformers 5.24
+the model calls `cache.update` first and passes no `cache`: `handoff` puts it back). This function does
 not call `cache.update` (which, off CUDA, copies the new tokens into transformers' cache and gathers every
 sequence's whole KV back out of it); it runs upstream's batched ragged paged attention (`torch_ops.batched_rpa`),
 which writes the new keys and values into the kernel's own cache (`store`) and reads only each sequence's pages.

@@ -2,7 +2,8 @@
 
 Served: full-attention and sliding-window layers (transformers' two cache allocators), causal, float32 or
 bfloat16, soft caps. Refused: sinks, dropout, output_attentions, non-causal layers, head_dims that differ,
-CUDA's block tables, a layer whose window is not its cache's.
+CUDA's block tables, a layer whose window is not its cache's, and every continuous-batching call when the cache
+cannot be taken as `handoff` expects (transformers' structure differs, or the call came without the cache).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from . import handoff
 
 NAME = "tokamax flash_paged"
 DTYPES = (torch.float32, torch.bfloat16)
@@ -20,9 +23,16 @@ def is_paged_cache(cache: Any) -> bool:
     return cache is not None and hasattr(cache, "cache_allocators")
 
 
+def is_continuous_batching_call(kwargs: dict) -> bool:
+    """Whether the call comes from continuous batching's forward (its slot indices are in the kwargs)."""
+    return "write_index" in kwargs and "read_index" in kwargs
+
+
 def call(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout: float,
          is_causal: bool | None, s_aux: torch.Tensor | None, cache: Any, kwargs: dict) -> None:
     """One attention call: a continuous-batching forward of a causal layer the kernel can run."""
+    if is_continuous_batching_call(kwargs) and (handoff.state["why"] is not None or not is_paged_cache(cache)):
+        raise NotImplementedError(f"{NAME}: {handoff.refusal()}")
     if not is_paged_cache(cache):
         raise ValueError(f"{NAME}: serves transformers' continuous batching only (generate_batch, "
                          "init_continuous_batching), which passes a PagedAttentionCache; for generate() use "
