@@ -64,6 +64,16 @@ def _gradients(x, w, b, targets, transform, cotangents):  # noqa: ANN001, ANN202
     return g_raw @ np.asarray(w, np.float64), g_raw.T @ np.asarray(x, np.float64), g_raw.sum(0)
 
 
+def _stats_and_gradients(lm_head, emulation, x, w, b, targets, t, cotangents):  # noqa: ANN001, ANN202
+    """The kernels' statistics and their VJP for `cotangents`, in interpret mode as v6e."""
+    def run(x, w, b):  # noqa: ANN001, ANN202
+        stats = lm_head.row_stats(x, w, b, targets, t)
+        return stats, lm_head.row_stats_vjp(x, w, b, targets, stats.lse, stats.entropy, *cotangents, t)
+
+    with emulation.interpret_on_cpu("v6e"):
+        return jax.jit(run)(x, w, b)
+
+
 @pytest.mark.parametrize("transform", list(TRANSFORMS))
 @pytest.mark.parametrize(("rows", "hidden", "vocab", "bias"), [(37, 64, 200, True), (300, 128, 384, False)])
 def test_statistics_and_gradients_match_float64(kernel, emulation, transform, rows, hidden, vocab, bias):
@@ -73,13 +83,7 @@ def test_statistics_and_gradients_match_float64(kernel, emulation, transform, ro
     b = b if bias else None
     r = np.random.default_rng(1)
     cotangents = [r.standard_normal(rows).astype(np.float32) for _ in range(4)]
-
-    def run(x, w, b):  # noqa: ANN001, ANN202
-        stats = lm_head.row_stats(x, w, b, targets, t)
-        return stats, lm_head.row_stats_vjp(x, w, b, targets, stats.lse, stats.entropy, *cotangents, t)
-
-    with emulation.interpret_on_cpu("v6e"):
-        stats, (dx, dw, db) = jax.jit(run)(x, w, b)
+    stats, (dx, dw, db) = _stats_and_gradients(lm_head, emulation, x, w, b, targets, t, cotangents)
     want, _, _, _ = _reference(x, w, b, targets, t)
     for name in lm_head.OUTPUTS:
         np.testing.assert_allclose(np.asarray(getattr(stats, name)), want[name], err_msg=name, **TOL)
@@ -195,13 +199,7 @@ def test_padded_rows_add_nothing_to_the_gradients_at_a_large_bias_and_low_temper
     t = lm_head.LogitTransform.of(temperature=0.1)
     r = np.random.default_rng(2)
     cotangents = [r.standard_normal(rows).astype(np.float32) for _ in range(4)]
-
-    def run(x, w, b):  # noqa: ANN001, ANN202
-        stats = lm_head.row_stats(x, w, b, targets, t)
-        return stats, lm_head.row_stats_vjp(x, w, b, targets, stats.lse, stats.entropy, *cotangents, t)
-
-    with emulation.interpret_on_cpu("v6e"):
-        stats, grads = jax.jit(run)(x, w, b)
+    stats, grads = _stats_and_gradients(lm_head, emulation, x, w, b, targets, t, cotangents)
     for name, got, want in zip(("dx", "dw", "db"), grads, _gradients(x, w, b, targets, t, cotangents), strict=True):
         finite = np.isfinite(np.asarray(got))
         assert finite.all(), f"{name}: {finite.size - finite.sum()} of {finite.size} not finite"

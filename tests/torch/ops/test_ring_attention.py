@@ -50,6 +50,15 @@ def _tpu_mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> jax.sharding.Me
     return jax.sharding.Mesh(np.array(devices).reshape(shape), names)
 
 
+def _assert_values_and_gradients(out, ref, leaves, leaves64, seed: int) -> None:  # noqa: ANN001
+    """out as the float64 reference, and the gradients of both in q, k, v for one random cotangent."""
+    torch.testing.assert_close(out.double(), ref.detach(), **TOL)
+    cotangent = checks.randn(*out.shape, seed=seed)
+    (out * cotangent).sum().backward()
+    (ref * cotangent.double()).sum().backward()
+    for name, got, want in zip("qkv", leaves, leaves64, strict=True):
+        torch.testing.assert_close(got.grad.double(), want.grad, **TOL, msg=lambda m, n=name: f"d{n}: {m}")
+
 @pytest.mark.parametrize(("causal", "batch", "heads", "kv_heads", "length", "segmented"),
                          [(True, 2, 2, 1, 256, True), (False, 1, 2, 0, 128, False)],
                          ids=["causal-gqa-segments", "full-mqa"])
@@ -71,12 +80,7 @@ def test_ring_of_one_chip_on_cpu_tensors_matches_float64(ops, causal, batch, hea
     allowed = reference.allowed(torch.arange(length).expand(batch, length), length,
                                 kind="causal" if causal else "full", q_ids=ids, kv_ids=ids)
     ref = reference.attention(q64, kk, vv, allowed)
-    torch.testing.assert_close(out.double(), ref.detach(), **TOL)
-    cotangent = checks.randn(*out.shape, seed=4)
-    (out * cotangent).sum().backward()
-    (ref * cotangent.double()).sum().backward()
-    for name, got, want in zip("qkv", leaves, (q64, k64, v64), strict=True):
-        torch.testing.assert_close(got.grad.double(), want.grad, **TOL, msg=lambda m, n=name: f"d{n}: {m}")
+    _assert_values_and_gradients(out, ref, leaves, (q64, k64, v64), seed=4)
 
 
 def test_a_window_on_the_causal_ring_sees_no_key_ahead(ops):
@@ -91,12 +95,7 @@ def test_a_window_on_the_causal_ring_sees_no_key_ahead(ops):
                                                                                    window=(64, 64))
     q64, k64, v64 = (x.detach().double().requires_grad_() for x in leaves)
     ref = reference.attention(q64, k64, v64, allowed)
-    torch.testing.assert_close(out.double(), ref.detach(), **TOL)
-    cotangent = checks.randn(*out.shape, seed=8)
-    (out * cotangent).sum().backward()
-    (ref * cotangent.double()).sum().backward()
-    for name, got, want in zip("qkv", leaves, (q64, k64, v64), strict=True):
-        torch.testing.assert_close(got.grad.double(), want.grad, **TOL, msg=lambda m, n=name: f"d{n}: {m}")
+    _assert_values_and_gradients(out, ref, leaves, (q64, k64, v64), seed=8)
 
 
 # (mesh shape, axis names, options, batch, heads, kv heads (0: multi-query), segment ids)
