@@ -132,7 +132,8 @@ else
     > "$logs/prefetch.log" 2>&1 &
   prefetch_pid=$!
   # Longest first, so that the two lanes end together (with the caches of an earlier run: jax ~17.5 min,
-  # the Torch tier's transformers tests ~8.5, the rest of it ~10, side port ~8, 3.13 ~3.5, 3.11 ~2.5)
+  # the Torch tier's transformers tests ~8.5, the rest of it ~10, transformers 5.25's ~12, side port ~8,
+  # 3.13 ~3.5, 3.11 ~2.5)
   run_jobs jax torch-py312-transformers torch-py312 torch-py312-tf525 suite-upstream suite-port torch-py313 torch-py311
   echo "== upstream suite (tokamax's own tests: upstream against the port)"
   "$jax_python" -m tools.upstream_suite --compare > "$logs/suite-compare.log" 2>&1 || status=1
