@@ -15,8 +15,9 @@ from typing import Any
 import jax
 import torch
 
-from .. import ops, tuning
+from .. import ops
 from .._ported import gmm_v2 as _gmm_v2
+from ..tuning import active as tuning
 from ._bridge import chip_for_tracing, register
 
 __all__ = ["gmm_bwd_op", "gmm_op", "gmm_v2_op", "tgmm_op", "tgmm_v2_op"]
