@@ -7,6 +7,8 @@
 #                tests/torch and tests/kernel, as two jobs (torch-py312-transformers: tests/torch/transformers)
 #   torch-py312-tf525  the same stack on transformers 5.25.0 with kernels 0.19.1 (the newest transformers; the
 #                main tier keeps 5.22.2): tests/torch/transformers and tests/torch/trl
+#   tpu-compile  the Torch tier's venv (it has libtpu): tests/tpu_compile, every op family compiled by the TPU
+#                compiler for v5e, v6e, v7x and pods at real models' shapes (tools/tpu_compile)
 #   torch-py311  Python 3.11, torch 2.13 CPU, torch-tpu 0.2.0, jax 0.10.2: the kernels_ci subset and
 #                the ops' refusals that name the jax they need (marker jax_floor)
 #   torch-py313  Python 3.13, torch 2.11 (kernel-builder's), torch-tpu 0.2.0, jax 0.12: the bundle's
@@ -15,6 +17,7 @@
 #                port (tools/upstream_suite), compared once both have run
 #   ./test.sh            all of it
 #   ./test.sh --fast     only the kernels_ci subset of each tier (no upstream suite)
+#   ./test.sh --all      all of it, with the compile tier's whole grid of shapes and chips
 # Each job's output is in build/test-logs/JOB.log and printed when the job ends. A tier that fails,
 # runs no test or skips every test it ran fails the whole run (scripts/tier_summary.py).
 source "$(dirname "$0")/scripts/env.sh"
@@ -22,8 +25,9 @@ cd "$REPO"
 fast=0
 case "${1:-}" in
   --fast) fast=1 ;;
+  --all) export TOKAMAX_TPU_COMPILE=all ;;
   "") ;;
-  *) echo "usage: ./test.sh [--fast]" >&2; exit 2 ;;
+  *) echo "usage: ./test.sh [--fast | --all]" >&2; exit 2 ;;
 esac
 
 # Tests load build/torch-tpu in-process: keep bytecode out of the bundle.
@@ -62,7 +66,7 @@ run_pytest() {
 }
 
 job_jax() {
-  run_pytest jax-py312 "$jax_python" "" tests --ignore=tests/torch
+  run_pytest jax-py312 "$jax_python" "" tests --ignore=tests/torch --ignore=tests/tpu_compile
 }
 job_torch_py312() {
   local python; python=$(ensure_venv torch-tier)
@@ -76,6 +80,10 @@ job_torch_py312_transformers() {  # the same tier, its transformers tests as a j
 job_torch_py312_tf525() {  # the newest transformers, beside the main tier's 5.22.2
   local python; python=$(ensure_venv torch-tier-tf525)
   TORCH_DEVICE_BACKEND_AUTOLOAD=1 run_pytest torch-py312-tf525 "$python" "" tests/torch/transformers tests/torch/trl
+}
+job_tpu_compile() {  # libtpu comes with torch-tpu: the Torch tier's venv
+  local python; python=$(ensure_venv torch-tier)
+  run_pytest tpu-compile "$python" "" tests/tpu_compile
 }
 job_torch_py311() {
   local python; python=$(ensure_venv torch-tier-py311)
@@ -126,7 +134,7 @@ if [ $fast = 1 ]; then
   prefetch torch-tier jax-only jax-only-py311 torch-tier-tf525 torch-tier-py313 torch-tier-py311 \
     > "$logs/prefetch.log" 2>&1 &
   prefetch_pid=$!
-  run_jobs jax torch-py312 torch-py312-transformers torch-py312-tf525 torch-py313 torch-py311
+  run_jobs jax torch-py312 torch-py312-transformers torch-py312-tf525 tpu-compile torch-py313 torch-py311
 else
   prefetch upstream torch-tier jax-only jax-only-py311 torch-tier-tf525 upstream-suite torch-tier-py313 torch-tier-py311 \
     > "$logs/prefetch.log" 2>&1 &
@@ -134,7 +142,8 @@ else
   # Longest first, so that the two lanes end together (with the caches of an earlier run: jax ~17.5 min,
   # the Torch tier's transformers tests ~8.5, the rest of it ~10, transformers 5.25's ~12, side port ~8,
   # 3.13 ~3.5, 3.11 ~2.5)
-  run_jobs jax torch-py312-transformers torch-py312 torch-py312-tf525 suite-upstream suite-port torch-py313 torch-py311
+  run_jobs jax torch-py312-transformers torch-py312 torch-py312-tf525 tpu-compile suite-upstream suite-port torch-py313 \
+    torch-py311
   echo "== upstream suite (tokamax's own tests: upstream against the port)"
   "$jax_python" -m tools.upstream_suite --compare > "$logs/suite-compare.log" 2>&1 || status=1
   cat "$logs/suite-compare.log"
@@ -143,6 +152,7 @@ fi
 
 wait "$prefetch_pid" || true
 [ -f "$reports/kernels-benchmark.txt" ] && cat "$reports/kernels-benchmark.txt"
-"$jax_python" scripts/tier_summary.py "$reports"/{jax-py312,torch-py312,torch-py312-transformers,torch-py312-tf525,torch-py311,torch-py313}.xml \
+[ -f "$reports/tpu-compile.txt" ] && { echo "== compiled for TPU (build/test-reports/tpu-compile.txt)"; cat "$reports/tpu-compile.txt"; }
+"$jax_python" scripts/tier_summary.py "$reports"/{jax-py312,torch-py312,torch-py312-transformers,torch-py312-tf525,tpu-compile,torch-py311,torch-py313}.xml \
   || status=1
 exit $status
