@@ -149,7 +149,31 @@ def attention(pythons: dict[str, str]) -> dict:
             "fused_loss": _probe_json(pythons["torch-tier"], "fused_loss_memory.py", str(VARIANT), torch_tier=True),
             "trl_head": _probe_json(pythons["torch-tier"], "trl_head_memory.py", str(VARIANT), torch_tier=True),
             "tuning": _probe_json(pythons["torch-tier"], "tuning_costs.py", str(VARIANT), torch_tier=True),
-            "paged_serving": _probe_json(pythons["torch-tier"], "paged_serving.py", str(VARIANT), torch_tier=True)}
+            "paged_serving": _probe_json(pythons["torch-tier"], "paged_serving.py", str(VARIANT), torch_tier=True),
+            "compiled": _probe_json(pythons["torch-tier"], "tpu_compile_figures.py", str(VARIANT))}
+
+
+def compiled_rows(compiled: dict) -> list[tuple[str, str, str]]:
+    """The TPU compiler's figures: per-chip HBM of one LM-head training step three ways, named cases,
+    compile time per op family (from the compile tier's last report)."""
+    def gib(n: int) -> str:
+        return f"{n / 2**30:.2f} GiB"
+
+    rows = []
+    for r in compiled["lm_head_step"]:
+        m = r["memory"]
+        rows.append((f"LM head step compiled for {r['chip']}, {r['model']} (hidden {r['hidden']}, "
+                     f"vocab {r['vocab']:,}, {r['tokens']:,} tokens, bf16): {r['head']}", f"temp {gib(m['temp'])}",
+                     f"arguments {gib(m['argument'])}, outputs {gib(m['output'])}; compiled in {r['seconds']:.0f} s"))
+    for r in compiled["cases"]:
+        m = r["memory"]
+        rows.append((f"compiled {r['name']} ({r['model']})", f"temp {gib(m['temp'])}" if m else r["status"],
+                     f"arguments {gib(m.get('argument', 0))}, collectives "
+                     f"{sum(v for k, v in r['hlo'].items() if k != 'tpu_custom_call')}; {r['seconds']:.0f} s"))
+    for family, f in sorted(compiled["families"].items()):
+        rows.append((f"compile tier, {family}: {f['cases']} cases", f"{f['seconds']:.0f} s",
+                     f"{f.get('compiled', 0)} compiled, {f.get('refused', 0)} refused by the kernel"))
+    return rows
 
 
 def _env() -> dict:
@@ -308,6 +332,7 @@ def table(results: dict) -> str:
                  ", ".join(str(r["exports"]) for r in runs.values()),
                  f"<= {serving['exports']['bound']} by the buckets; shapes without buckets: "
                  + ", ".join(str(r["shapes_without_buckets"]) for r in runs.values())))
+    rows += compiled_rows(results["attention"]["compiled"])
     for tier, t in results["test_tiers"].items():
         rows.append((f"test tier {tier} (CPU, interpret mode), last ./test.sh", f"{t['seconds']:.0f} s",
                      f"{t['tests']} tests"))

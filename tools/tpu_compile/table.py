@@ -23,3 +23,51 @@ def render(outcomes: list[dict]) -> str:
                      f"{_mib(memory.get('argument'))} | {_mib(memory.get('output'))} | "
                      f"{hlo.get('tpu_custom_call', '')} | {collectives if hlo else ''} |")
     return "\n".join(lines) + "\n"
+
+
+def grid(cases: list, outcomes: list[dict] | None = None) -> str:
+    """docs/tpu-compile.md's table: one row per case id, the targets it runs on (with the compiler's
+    temporaries per chip where `outcomes` has them) and what must happen: compiles, or the refusal."""
+    temps = {o["name"]: (o.get("memory") or {}).get("temp") for o in outcomes or []}
+    rows: dict[tuple, list[str]] = {}
+    for c in cases:
+        rows.setdefault((c.id, c.model, c.expect, c.tier), []).append(c.target)
+    lines = ["| case | model | targets (temporaries per chip) | must | tier |", "|---|---|---|---|---|"]
+    for (case_id, model, expect, tier), targets in rows.items():
+        cells = [t if temps.get(f"{case_id}@{t}") is None else f"{t} ({_mib(temps[f'{case_id}@{t}'])} MiB)"
+                 for t in targets]
+        must = "compile" if expect == "compiles" else f"be refused: `{expect}`"
+        lines.append(f"| `{case_id}` | {model} | {', '.join(cells)} | {must} | {tier} |")
+    return "\n".join(lines) + "\n"
+
+
+def parse_grid(text: str) -> dict[str, tuple[str, frozenset[str], str, str]]:
+    """The rows of a `grid` table in `text`: case id -> (model, targets, must, tier)."""
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 5 or not cells[0].startswith("`"):
+            continue
+        targets = frozenset(t.split(" (")[0].strip() for t in cells[2].split(", "))
+        out[cells[0].strip("`")] = (cells[1], targets, cells[3], cells[4])
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tools.tpu_compile.table [REPORT]`: the grid, with the temporaries of the tier's report
+    (default build/test-reports/tpu-compile.json) where it has them."""
+    import json
+    from pathlib import Path
+
+    from .cases import all_cases
+
+    report = Path(argv[0] if argv else Path(__file__).resolve().parents[2] / "build/test-reports/tpu-compile.json")
+    outcomes = json.loads(report.read_text()) if report.exists() else []
+    print(grid(all_cases(), outcomes), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
