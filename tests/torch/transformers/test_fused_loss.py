@@ -136,8 +136,8 @@ def test_loss_and_gradients_equal_transformers(tokamax, reference_kernel, family
     want, got = _loss_and_grads(plain, **inputs), _loss_and_grads(fused, **inputs)
     _assert_same(got, want)
     assert got[0].logits is None and want[0].logits.shape == (2, 37, VOCAB)
-    # the kernel got every position (2 x 37 rows), hidden states and the transposed weight
-    assert reference_kernel == [((74, 256), (74,), (256, VOCAB))]
+    # the kernel got every position (2 x 37 rows, padded to the bucket of 128), hidden states and the transposed weight
+    assert reference_kernel == [((128, 256), (128,), (256, VOCAB))]
 
 
 @needs_the_kernel
@@ -221,7 +221,7 @@ def test_logits_to_keep_with_shift_labels(tokamax, reference_kernel):
     shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:][:, -10:].contiguous()
     inputs = dict(input_ids=ids, attention_mask=mask, labels=labels, shift_labels=shifted, logits_to_keep=10)
     _assert_same(_loss_and_grads(fused, **inputs), _loss_and_grads(plain, **inputs))
-    assert reference_kernel == [((20, 256), (20,), (256, VOCAB))]
+    assert reference_kernel == [((128, 256), (128,), (256, VOCAB))]  # 20 rows, bucket 128
 
 
 def test_sizes_off_the_lanes(tokamax, reference_kernel):
@@ -350,7 +350,7 @@ def test_a_head_resized_after_use_fused_loss_is_the_one_the_loss_reads(tokamax, 
     want = _loss_and_grads(plain, input_ids=ids, attention_mask=mask, labels=labels)
     got = _loss_and_grads(fused, input_ids=ids, attention_mask=mask, labels=labels)
     _assert_same(got, want)
-    assert reference_kernel == [((74, 256), (74,), (256, VOCAB + 13))]
+    assert reference_kernel == [((128, 256), (128,), (256, VOCAB + 13))]
 
 
 def _lora(model: torch.nn.Module, **config) -> torch.nn.Module:  # noqa: ANN003
@@ -377,7 +377,7 @@ def test_a_peft_model_trains_to_its_own_loss_and_adapter_gradients(tokamax, refe
     _assert_same(got, want)
     assert got[1].keys() == {n for n, p in fused.named_parameters() if p.requires_grad}
     assert all("lora_" in n for n in got[1]) and len(got[1]) == 2 * 2 * 3  # A and B, 2 layers, 3 modules
-    assert got[0].logits is None and reference_kernel == [((74, 256), (74,), (256, VOCAB))]
+    assert got[0].logits is None and reference_kernel == [((128, 256), (128,), (256, VOCAB))]
 
 
 @pytest.mark.parametrize("adapter", ["target_modules", "modules_to_save"])

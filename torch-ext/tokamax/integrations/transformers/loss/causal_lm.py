@@ -11,6 +11,13 @@ definitions of torch's `cross_entropy(label_smoothing=...)` and of Liger's / PaL
 
 Numerics: transformers rounds the logits to the model's dtype before upcasting them to float32;
 here they stay in the kernels' float32 accumulators, so bf16 models see a slightly more exact loss.
+The head is computed in the dtype transformers' own head would compute in: autocast's where it is
+on (float32 weights under `Trainer(bf16=True)` run the bf16 kernels, the weight cast once per call),
+else the weight's.
+
+Rows are padded to `tokamax.splash.bucket` sizes (ignored positions, dropped after), as on TRL's
+path: with dynamic padding every batch has its own token count, and torch-tpu exports one program
+per distinct shape, so the buckets bound the exports of a training run.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .... import torch_ops
+from .... import splash, torch_ops
 from ....lm_head import IDENTITY, LogitTransform
 from ....torch_ops.linear_softmax_cross_entropy.labels import out_of_range, poisoned
 
@@ -91,20 +98,26 @@ def causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Ten
                    num_items_in_batch: torch.Tensor | int | None = None, ignore_index: int = -100,
                    shift_labels: torch.Tensor | None = None, replicated_on: Any = None,
                    transform: LogitTransform = IDENTITY, bias: torch.Tensor | None = None,
-                   options: LossOptions | None = None) -> torch.Tensor:
+                   options: LossOptions | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
     """float32 loss of next-token prediction: `hidden` [..., hidden] (the positions the model kept),
     `weight` the LM head's [vocab, hidden] (and its `bias`), the logits `transform(hidden @ weight.T +
     bias)`, `labels` [...] (shifted here) or `shift_labels` (already shifted; then `labels` is not read).
     `replicated_on`: the device mesh of a tensor-parallel head (its weight a DTensor split over the
     vocabulary), over which every rank holds the same hidden states and labels; they enter the loss as
-    replicated DTensors on it, the loss comes back plain."""
+    replicated DTensors on it, the loss comes back plain. `dtype`: what the head computes in (default the
+    weight's; the fused forward passes autocast's where it is on)."""
     options = LossOptions() if options is None else options
     shift_labels = _shifted(labels, shift_labels, ignore_index)
-    x = hidden.reshape(-1, hidden.shape[-1]).to(weight.dtype)
+    dtype = weight.dtype if dtype is None else dtype
+    x = hidden.reshape(-1, hidden.shape[-1]).to(dtype)
+    weight = weight.to(dtype)
     targets = shift_labels.reshape(-1).to(device=x.device, dtype=torch.int32)
     if targets.shape[0] != x.shape[0]:
         raise ValueError(f"tokamax fused loss: {targets.shape[0]} label positions for {x.shape[0]} hidden states "
                          "(with logits_to_keep, pass shift_labels for the positions kept)")
+    rows = x.shape[0]
+    padding = (splash.bucket(rows) if rows else 0) - rows
+    x, targets = F.pad(x, (0, 0, 0, padding)), F.pad(targets, (0, padding), value=ignore_index)
     upstream = transform.identity and bias is None and options.plain
     if replicated_on is not None:
         if not upstream:
@@ -120,9 +133,9 @@ def causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Ten
                                                              ignore_index=ignore_index)
         if replicated_on is not None:
             out = out.to_local()
-        losses, total = (out, None) if reduction == "none" else (None, out)
+        losses, total = (out[:rows], None) if reduction == "none" else (None, out)
     else:
-        losses = _token_losses(x, weight, bias, targets, transform, options, ignore_index)
+        losses = _token_losses(x, weight, bias, targets, transform, options, ignore_index)[:rows]
         total = losses.sum()
     if options.reduction == "none":
         return losses.reshape(shift_labels.shape)

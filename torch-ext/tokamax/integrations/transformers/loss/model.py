@@ -126,6 +126,9 @@ def _hidden_states_as_logits(model: torch.nn.Module, head: torch.nn.Linear,
         seen["hidden"] = hidden
         device = hidden.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else head.weight.dtype
+        # what the head computes in, whatever the forward casts its logits to after (the kernels take bf16 and
+        # float32: under float16 autocast they compute in the weight's dtype)
+        seen["dtype"] = dtype if dtype in (torch.bfloat16, torch.float32) else head.weight.dtype
         return LogitsToBe(hidden, name, dtype=dtype)
 
     def fused_loss(logits: Any, labels: torch.Tensor | None, vocab_size: int | None = None,
@@ -136,7 +139,7 @@ def _hidden_states_as_logits(model: torch.nn.Module, head: torch.nn.Linear,
         seen["loss"] = True
         sharding.check_weight(name, head)
         return causal_lm_loss(logits.hidden, head.weight, labels, replicated_on=sharding.tensor_parallel_mesh(head),
-                              transform=logits.transform, bias=head.bias, options=options,
+                              transform=logits.transform, bias=head.bias, options=options, dtype=seen["dtype"],
                               **{k: kwargs[k] for k in _LOSS_KEYWORDS if k in kwargs})
 
     had_loss_function = "_loss_function" in model.__dict__
