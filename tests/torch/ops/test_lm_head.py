@@ -3,7 +3,7 @@ gradients in the hidden states, the weight and the bias against float64 Torch on
 (interpret mode) with a soft cap and a temperature, int64 targets as TRL passes them; the shared
 checks (fakes against JAX shapes, symbolic tracing, one graph for two sizes, the kernel count in the
 TPU lowering), autograd on meta tensors (only the four differentiable statistics carry gradients),
-and bad calls."""
+a frozen head's backward (dx alone, one kernel), and bad calls."""
 
 from __future__ import annotations
 
@@ -50,6 +50,36 @@ def test_statistics_and_gradients_match_float64(ops):
         torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
 
 
+def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops):
+    """A head whose weight and bias need no gradient (LoRA's): the dx-only op runs (one backward kernel, not
+    two) and gives the full backward's dx exactly (the same kernel on the same inputs)."""
+    import collections
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            self.seen[func.name().split("::")[-1]] += 1
+            return func(*args, **(kwargs or {}))
+
+    x, w, b, targets = _operands()
+    grads = []
+    for frozen in (False, True):
+        xs, ws, bs = (t.detach().clone().requires_grad_(t is x or not frozen) for t in (x, w, b))
+        with Ops() as probe:
+            stats = ops.lm_head_statistics(xs, ws, bs, targets, soft_cap=3.0)
+            (stats.log_probs + 0.5 * stats.entropy).sum().backward()
+        assert probe.seen["lm_head_stats_bwd_x" if frozen else "lm_head_stats_bwd"] == 1, probe.seen
+        assert probe.seen["lm_head_stats_bwd" if frozen else "lm_head_stats_bwd_x"] == 0, probe.seen
+        assert (ws.grad is None) == frozen and (bs.grad is None) == frozen
+        grads.append(xs.grad)
+    torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
+
+
 @pytest.mark.kernels_ci
 def test_fakes_match_jax_shapes(ops, tokamax):
     f = checks.family(ops, "lm_head").custom_ops
@@ -58,6 +88,8 @@ def test_fakes_match_jax_shapes(ops, tokamax):
     checks.fake_matches_jax(ops, ops.lm_head_stats_op, f._stats_jax, x, w, b, targets, 1.0, True, 30.0)
     checks.fake_matches_jax(ops, ops.lm_head_stats_bwd_op, f._stats_bwd_jax, x, w, b, targets, row, row, row, row,
                             row, row, 1.0, False, 1.0)
+    checks.fake_matches_jax(ops, ops.lm_head_stats_bwd_x_op, f._stats_bwd_x_jax, x, w, b, targets, row, row, row,
+                            row, row, row, 1.0, False, 1.0)
 
 
 @pytest.mark.kernels_ci
@@ -95,11 +127,13 @@ def test_lowers_to_the_three_kernels(ops):
     targets, row = torch.zeros(512, dtype=torch.int32), torch.zeros(512)
     assert checks.mosaic_kernels(ops, f._stats_jax, x, w, None, targets, 1.0, False, 1.0) == 1
     assert checks.mosaic_kernels(ops, f._stats_bwd_jax, x, w, None, targets, *[row] * 6, 1.0, False, 1.0) == 2
+    assert checks.mosaic_kernels(ops, f._stats_bwd_x_jax, x, w, None, targets, *[row] * 6, 1.0, False, 1.0) == 1
 
 
 @pytest.mark.kernels_ci
 def test_in_build_namespace(ops, tokamax):
-    checks.assert_in_build_namespace(tokamax, ops.lm_head_stats_op, ops.lm_head_stats_bwd_op)
+    checks.assert_in_build_namespace(tokamax, ops.lm_head_stats_op, ops.lm_head_stats_bwd_op,
+                                     ops.lm_head_stats_bwd_x_op)
 
 
 def _call(x=None, w=None, b=None, targets=None, **kw):  # noqa: ANN001, ANN003, ANN202

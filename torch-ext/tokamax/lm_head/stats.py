@@ -107,11 +107,12 @@ def coefficients(stats: RowStats, d_lse: jax.Array, d_target: jax.Array, d_entro
 
 def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, lse: jax.Array,
                   entropy: jax.Array, d_lse: jax.Array, d_target: jax.Array, d_entropy: jax.Array,
-                  d_sum: jax.Array, transform: LogitTransform = IDENTITY
-                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+                  d_sum: jax.Array, transform: LogitTransform = IDENTITY, weight_grad: bool = True
+                  ) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
     """(dx, dw in their dtypes, db float32 [vocab]) from the forward's lse and entropy and the
     cotangents (float32 [rows] each) of lse, target_logit, entropy and sum_logits. The rows of
-    out-of-range targets (NaN in the forward) add nothing, whatever their cotangents."""
+    out-of-range targets (NaN in the forward) add nothing, whatever their cotangents. `weight_grad`
+    False: (dx, None, None), the weight's kernel not run (a frozen head: LoRA's)."""
     _check(x, w, b, targets)
     blocks = blocks_for(x, w)
     rows, vocab = x.shape[0], w.shape[0]
@@ -124,6 +125,8 @@ def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.
     row_in = [jnp.pad(lse, (0, extra), constant_values=jnp.inf), *(jnp.pad(v, (0, extra)) for v in coeffs)]
     options = dict(transform=transform, blocks=blocks, true_vocab=vocab)
     dx = kernels.backward_x(xp, wp, bp, tp, *row_in, **options)
+    if not weight_grad:
+        return dx[:rows], None, None
     dw, db = kernels.backward_w(xp, wp, bp, tp, *row_in, **options)
     return dx[:rows], dw[:vocab], db[0, :vocab]
 

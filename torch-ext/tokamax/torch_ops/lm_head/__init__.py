@@ -9,6 +9,7 @@ options (soft caps, z-loss, label smoothing) run on.
 """
 
 from .api import LMHeadStatistics, lm_head_statistics
-from .custom_ops import lm_head_stats_bwd_op, lm_head_stats_op
+from .custom_ops import lm_head_stats_bwd_op, lm_head_stats_bwd_x_op, lm_head_stats_op
 
-__all__ = ["LMHeadStatistics", "lm_head_statistics", "lm_head_stats_bwd_op", "lm_head_stats_op"]
+__all__ = ["LMHeadStatistics", "lm_head_statistics", "lm_head_stats_bwd_op", "lm_head_stats_bwd_x_op",
+           "lm_head_stats_op"]
