@@ -71,4 +71,10 @@ def cases() -> list[Case]:
                 out.append(Case(f"ring/{LLAMA_3_8B.name}/{tokens // 1024}k/{layout}/fwd+bwd", "ring", LLAMA_3_8B.name,
                                 target, _build(LLAMA_3_8B, tokens, balanced), tier="default" if default else "all",
                                 axes=(AXIS,), check=_check(LLAMA_3_8B, tokens, balanced)))
+    # shards off the kernel's 128-token blocks: plain 8 x 4,160 tokens; load-balanced 8 x 4,224 (head-tail
+    # chunks of 2,112)
+    for tokens, balanced in ((8 * 4160, False), (8 * 4224, True)):
+        layout = "load-balanced" if balanced else "plain"
+        out.append(Case(f"ring/{LLAMA_3_8B.name}/{tokens}/{layout}/fwd+bwd", "ring", LLAMA_3_8B.name, "v6e:2x4",
+                        _build(LLAMA_3_8B, tokens, balanced), expect="multiple of 128", axes=(AXIS,)))
     return out
