@@ -82,7 +82,7 @@ def cases() -> list[Case]:
     out = []
     for model in (QWEN3_30B_A3B, MIXTRAL_8X7B, DEEPSEEK_V3):
         for target in ("v6e:2x4", "tpu7x:2x2x1"):
-            default = model is MIXTRAL_8X7B and target == "v6e:2x4"  # 8 experts, one per chip
+            default = model is QWEN3_30B_A3B and target == "v6e:2x4"  # 16 experts per chip
             out.append(Case(f"experts_parallel/{model.name}/gate-up/fwd+bwd", "experts_parallel", model.name, target,
                             _build(model), tier="default" if default else "all", axes=(AXIS,), check=_check(model)))
     return out
