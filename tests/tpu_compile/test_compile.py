@@ -35,6 +35,8 @@ def test_case(case, kernel, record):
     if case.expect == COMPILES:
         assert outcome.status == "compiled", f"{case.name}: {outcome.status}: {outcome.message[:2000]}"
         assert outcome.hlo["tpu_custom_call"] > 0, f"{case.name}: compiled with no Pallas kernel in its HLO"
+        if case.check is not None:
+            case.check(outcome)
     else:
         assert outcome.status == "refused", f"{case.name}: expected the kernel's refusal, got {outcome.status}: " \
                                             f"{outcome.message[:2000]}"

@@ -31,6 +31,7 @@ class Case:
     tier: str = "default"
     axes: tuple[str, ...] = ("x",)
     mesh_shape: tuple[int, ...] | None = None
+    check: Callable[[Any], None] | None = None  # asserts on a compiled case's `compiler.Outcome`
 
     @property
     def name(self) -> str:

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import jax
+import numpy as np
 
 from . import topology
 from .case import Case
@@ -33,6 +34,7 @@ class Outcome:
     memory: dict[str, int] = dataclasses.field(default_factory=dict)  # bytes per chip
     cost: dict[str, float] = dataclasses.field(default_factory=dict)
     hlo: dict[str, int] = dataclasses.field(default_factory=dict)  # counts in the scheduled HLO
+    largest: dict[str, int] = dataclasses.field(default_factory=dict)  # bytes of each collective's largest array
 
     def row(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -57,9 +59,28 @@ def hlo_counts(text: str) -> dict[str, int]:
         if name == "tpu_custom_call":
             n = len(re.findall(r'custom_call_target="tpu_custom_call"', text))
         else:
-            n = len(re.findall(rf"= \S+ {name}(?:-start)?\(", text))
+            # the result is one array, or a tuple of them (an async start: "(bf16[...], ..., u32[]) name-start(")
+            n = len(re.findall(rf"= (?:\(.*?\)|\S+) {name}(?:-start)?\(", text))
         counts[name] = n
     return counts
+
+
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
+          "f64": 8, "s64": 8, "u64": 8}
+
+
+def largest_collectives(text: str) -> dict[str, int]:
+    """Per collective, the bytes of the largest array any of its ops returns (0 where there is none):
+    what tells a ring's K/V block passing from a gather of the whole K/V."""
+    out = {}
+    for name in _COUNTED[1:]:
+        biggest = 0
+        for result in re.findall(rf"= (.*?) {name}(?:-start)?\(", text):
+            for dtype, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", result):
+                if dtype in _BYTES:
+                    biggest = max(biggest, _BYTES[dtype] * int(np.prod([int(d) for d in dims.split(",") if d])))
+        out[name] = biggest
+    return out
 
 
 @contextlib.contextmanager
@@ -90,8 +111,9 @@ def compile_case(case: Case, kernel: ModuleType) -> Outcome:
     except Exception as e:  # noqa: BLE001 - libtpu's refusal, reported as such
         return Outcome(case.name, "compiler-error", f"{type(e).__name__}: {e}", time.perf_counter() - start)
     seconds = time.perf_counter() - start
-    return Outcome(case.name, "compiled", "", seconds, _memory(compiled), _cost(compiled),
-                   hlo_counts(compiled.as_text()))
+    text = compiled.as_text()
+    return Outcome(case.name, "compiled", "", seconds, _memory(compiled), _cost(compiled), hlo_counts(text),
+                   largest_collectives(text))
 
 
 def _from_kernel(error: BaseException) -> bool:

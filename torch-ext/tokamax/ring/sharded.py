@@ -66,6 +66,19 @@ class Layout:
         return P(self.batch_axis, self.axis)
 
 
+def check_shard(layout: Layout, q: jax.Array) -> None:
+    """Refuses, naming the op, a sequence whose per-chip shard (each head-tail chunk, load-balanced) is
+    off the kernel's 128-token blocks: the block schedule is made per 128 tokens, and the kernel would
+    not see the tail of the shard."""
+    seq_len, ring = q.shape[2], layout.ring_size
+    unit = BLOCK * (2 if layout.balanced else 1)
+    if seq_len % (ring * unit):
+        what = "its two head-tail chunks each a multiple of" if layout.balanced else "a multiple of"
+        raise ValueError(f"tokamax ring attention: a sequence of {seq_len} tokens over a ring of {ring} leaves each "
+                         f"chip {seq_len / ring:g} tokens; each chip's shard must be {what} {BLOCK}, the kernel's "
+                         "smallest block: pad the sequence (segment ids mask the padding)")
+
+
 def _ids(q: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
     """[batch, len] ids per chip: the given ones, or one segment (upstream's kernel compacts its schedule
     with them)."""
@@ -77,6 +90,8 @@ def forward(layout: Layout) -> Callable[..., tuple[jax.Array, jax.Array]]:
     plan = layout.plan
 
     def fn(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None) -> tuple[jax.Array, jax.Array]:
+        check_shard(layout, q)
+
         def body(q: jax.Array, k: jax.Array, v: jax.Array, ids: jax.Array | None) -> tuple[jax.Array, jax.Array]:
             ids = _ids(q, ids)
             return jax.vmap(lambda q, k, v, i: steps.forward(plan, q, k, v, i, i))(q, k, v, ids)
@@ -95,6 +110,8 @@ def backward(layout: Layout) -> Callable[..., tuple[jax.Array, jax.Array, jax.Ar
 
     def fn(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None, out: jax.Array,
            lse: jax.Array, dout: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        check_shard(layout, q)
+
         def body(q: jax.Array, k: jax.Array, v: jax.Array, ids: jax.Array | None, out: jax.Array,
                  lse: jax.Array, dout: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
             ids = _ids(q, ids)
