@@ -14,7 +14,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from ..case import Case, on_chips, spec
+from ..case import COMPILES, Case, on_chips, spec
 from ._models import GPT_OSS_120B, LLAMA_3_8B, MIXTRAL_8X7B, QWEN3_8B, QWEN3_30B_A3B, Model
 
 BF16, F32, I32 = jnp.bfloat16, jnp.float32, jnp.int32
@@ -109,6 +109,20 @@ def _experts(model: Model, projection: str, op: str) -> Callable[..., Any]:
     return _call("ragged_dot", op, lambda _: [x, ((rows, n), BF16), sizes], ())  # tgmm: the weights' gradient
 
 
+def _router(model: Model) -> Callable[..., Any]:
+    """The router's top-k over its float32 scores [tokens, experts]."""
+    scores = ((TOKENS, model.experts), F32)
+    return _call("router_topk", "router_topk_op", lambda _: [scores], (model.experts_per_token,))
+
+
+def _fused_moe(model: Model) -> Callable[..., Any]:
+    """Upstream's fused MoE layer: w1 [E, hidden, 2 * inter], w2 [E, inter, hidden], the router's
+    logits [tokens, E]; bf16 weights, no scales, no biases, SiLU."""
+    e, h, i = model.experts, model.hidden, model.intermediate
+    layout = [((TOKENS, h), BF16), ((e, h, 2 * i), BF16), ((e, i, h), BF16), ((TOKENS, e), F32), None, None, None, None]
+    return _call("fused_moe", "fused_moe_op", lambda _: layout, (model.experts_per_token, True, "silu"))
+
+
 def _grouped() -> list[Case]:
     out = []
     for model in (MIXTRAL_8X7B, QWEN3_30B_A3B):
@@ -120,6 +134,13 @@ def _grouped() -> list[Case]:
                                 _case(name, model.name, f"{projection}/{TOKENS}-tokens", chip,
                                       _experts(model, projection, op), tier="default" if default and chip == "v6e"
                                       else "all"))
+    for model in (MIXTRAL_8X7B, QWEN3_30B_A3B):
+        out += on_chips(lambda chip, model=model: _case("router_topk", model.name, f"{TOKENS}-tokens", chip,
+                                                        _router(model)))
+    # Mixtral's 4096 x 14336 experts do not fit upstream's fused kernel's VMEM plan: refused by the op
+    for model, expect in ((MIXTRAL_8X7B, "tokamax fused_moe"), (QWEN3_30B_A3B, COMPILES)):
+        out.append(Case(f"torch_ops/fused_moe/{model.name}/{TOKENS}-tokens", "torch_ops", model.name, "v6e",
+                        _fused_moe(model), expect=expect, tier="all" if expect == COMPILES else "default"))
     return out
 
 
