@@ -5,8 +5,10 @@ backward is `attend_vjp`), a chunk at a fixed offset, the cache steps of transfo
 of the block schedule, each side of it (the last length our check accepts compiles; the next is
 refused by our check, before libtpu sees it).
 
-Upstream's public `splash_attention` is called with `implementation="mosaic_tpu"`: with JAX's
-backend a CPU, its default list would not reach the Pallas kernel (DESIGN §15).
+Upstream's public `splash_attention` is called with `implementation="mosaic_tpu"`: its default list
+reaches the Pallas kernel here only because `cross_compile` skips the Op's device check (without it,
+JAX's backend a CPU, the call takes its XLA path: DESIGN §15); naming the implementation makes a
+change there fail (the test asserts a tpu_custom_call) rather than compile XLA's attention.
 """
 
 from __future__ import annotations
