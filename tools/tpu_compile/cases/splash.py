@@ -127,6 +127,19 @@ def _public(model: Model, length: int, grad: bool) -> Callable[..., Any]:
     return build
 
 
+def _tp(model: Model, chip: str, length: int) -> int:
+    """gpt-oss-120b's 64 heads at 128k tokens, forward and backward, take 20 GiB of temporaries (v7x);
+    on v5e libtpu refuses them (CompileTimeHbmOom: "HLO temporaries (15.75G) exceeds available HBM"),
+    and a 120B model never runs on one v5e anyway: there its layer is one chip's share under 8-way
+    tensor parallelism (8 query heads, 1 KV head)."""
+    return 8 if (model, chip, length) == (GPT_OSS_120B, "v5e", 128 * K) else 1
+
+
+def _tp_label(model: Model, chip: str, length: int) -> str:
+    tp = _tp(model, chip, length)
+    return f"-tp{tp}" if tp > 1 else ""
+
+
 def _case(what: str, model: Model, chip: str, build: Callable[..., Any], tier: str = "all",
           expect: str | None = None) -> Case:
     extra = {} if expect is None else {"expect": expect}
@@ -144,7 +157,8 @@ def _training() -> list[Case]:
         default_chip = {LLAMA_3_8B.name: "v6e", GEMMA_3_27B.name: "v5e", GPT_OSS_120B.name: "v7x"}[model.name]
         for length, label, chips in LENGTHS:
             out += on_chips(lambda chip, model=model, length=length, label=label, kind=kind, d=default_chip: _case(
-                f"attend/{model.name}/{kind}/{label}/fwd+bwd", model, chip, _attend(model, length),
+                f"attend/{model.name}{_tp_label(model, chip, length)}/{kind}/{label}/fwd+bwd", model, chip,
+                _attend(model, length, tp=_tp(model, chip, length)),
                 tier="default" if (label, chip) == ("8k", d) else "all"), chips)
     # upstream's v7x table holds Llama-3.1-8B's shapes at 4096 tokens with the diagonal skips
     out.append(_case(f"attend/{LLAMA_3_8B.name}/causal/4k-tuned/fwd+bwd", LLAMA_3_8B, "v7x",
