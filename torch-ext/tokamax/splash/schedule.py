@@ -58,7 +58,9 @@ from .masks import MaskSpec
 
 SMEM_RESERVE = 64 * 1024
 """Bytes of a core's SMEM left for what else the kernel keeps there: its sinks and max-logit blocks
-((8, heads) float32 each), grid indices and Mosaic's own scalars. A stated margin, not measured."""
+((8, heads) float32 each), grid indices and Mosaic's own scalars. A margin: libtpu's SMEM report for
+the forward kernel shows the schedule operands padded to 512 bytes each and about 1.2 KiB besides
+(docs/jax.md, `tools/tpu_compile/cases/splash.py`)."""
 
 _BOUNDS_BYTES = 8  # find_bounds: bounds_start and bounds_end, int32 per entry
 REFINED_BYTES = 4 + 4 + 1 + _BOUNDS_BYTES

@@ -38,12 +38,25 @@ def _api() -> Any:
 def _fused_moe_jax(x: jax.Array, w1: jax.Array, w2: jax.Array, gating: jax.Array, w1_scale: jax.Array | None,
                    w2_scale: jax.Array | None, w1_bias: jax.Array | None, w2_bias: jax.Array | None, topk: int,
                    renormalize: bool, act_fn: str) -> jax.Array:
-    # Upstream's Op takes a concrete mesh (as its Torch op builds one): the first device, one expert shard;
+    # Upstream's Op takes a concrete mesh (as its Torch op builds one): one device, one expert shard;
     # traced under that mesh's abstract form, which shard_map wants as the context mesh.
-    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), (_AXIS,))
+    mesh = jax.sharding.Mesh(np.asarray([_one_device()]), (_AXIS,))
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-        return _api().fused_moe(x, w1, w2, gating, w1_scale, w2_scale, w1_bias, w2_bias, topk=topk,
-                                renormalize=renormalize, act_fn=act_fn, mesh=mesh, implementation="mosaic_tpu")
+        try:
+            return _api().fused_moe(x, w1, w2, gating, w1_scale, w2_scale, w1_bias, w2_bias, topk=topk,
+                                    renormalize=renormalize, act_fn=act_fn, mesh=mesh, implementation="mosaic_tpu")
+        except ValueError as e:  # upstream's refusal of the call (e.g. experts whose slabs overflow VMEM)
+            raise ValueError(f"tokamax fused_moe: upstream's kernel refuses this call: {e}") from e
+
+
+def _one_device() -> Any:
+    """The device of the layer's one-shard mesh: the context mesh's first where one is set (a program
+    compiled ahead of time for a TPU topology under `jax.set_mesh`, whose devices are not JAX's
+    backend's), else JAX's first device (torch-tpu's export, CPU tensors)."""
+    from jax._src import mesh as mesh_lib  # no public accessor of the concrete context mesh inside jit
+
+    context = mesh_lib.get_concrete_mesh()
+    return context.devices.flat[0] if context is not None and not context.empty else jax.devices()[0]
 
 
 fused_moe_op = register("fused_moe", _fused_moe_jax)
