@@ -19,6 +19,8 @@ MODELS = (m.LLAMA_2_7B, m.LLAMA_3_8B, m.LLAMA_3_70B, m.LLAMA_3_405B, m.QWEN3_8B,
           m.GEMMA_3_1B, m.GEMMA_3_12B, m.GEMMA_3_27B)
 # The largest hidden size the kernels take in bf16 at the smallest blocks (128 x 128), per chip: what
 # `blocks.choose` accepts within `blocks.vmem_limit` (0.9 of 128 MiB of VMEM on v5e and v6e, of 64 MiB on v7x).
+# libtpu itself, the backward kernels alone at 128 x 128: v7x compiles 26368 and fails at 26624 ("Scoped
+# allocation with size 58.54M and limit 57.60M"), v6e compiles 52608 and fails at 53248 (117.03M of 115.20M).
 LARGEST_HIDDEN = {"v5e": 52224, "v6e": 52224, "v7x": 25984}
 BOUNDARY_VOCAB = 32000
 REFUSAL = "tokamax lm_head: a hidden size of"
