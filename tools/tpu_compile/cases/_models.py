@@ -28,3 +28,8 @@ MIXTRAL_8X7B = Model("Mixtral-8x7B", 4096, 32000, 32, 8, 128, 14336, 8, 2)
 DEEPSEEK_V3 = Model("DeepSeek-V3", 7168, 129280, 128, 128, 128, 2048, 256, 8)
 GEMMA_3_27B = Model("Gemma-3-27B", 5376, 262208, 32, 16, 128, 21504)
 GPT_OSS_120B = Model("gpt-oss-120b", 2880, 201088, 64, 8, 64, 2880, 128, 4)
+
+# LM heads (tools/tpu_compile/cases/lm_head.py, lm_loss.py): the vocabularies people train with.
+QWEN3_32B = Model("Qwen3-32B", 5120, 151936, 64, 8, 128, 25600)
+GEMMA_3_1B = Model("Gemma-3-1B", 1152, 262144, 4, 1, 256, 6912)
+GEMMA_3_12B = Model("Gemma-3-12B", 3840, 262208, 16, 8, 256, 15360)

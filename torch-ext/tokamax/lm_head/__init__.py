@@ -5,16 +5,18 @@ log sum p^2, the mean logit and top-1, with a bias, a logit scale, a soft cap an
 their gradients.
 
 - `transform`: `LogitTransform`, the map from raw logits to the softmax's logits.
-- `blocks`: block sizes and what they hold in VMEM.
+- `blocks`: block sizes, what they hold in VMEM (libtpu's figures) and the VMEM limit they are compiled with.
+- `cost`: each kernel's cost from its grid and blocks (HBM bytes, flops, exp/log, the `pl.CostEstimate` it declares).
 - `kernels`: the forward and the two backward Pallas kernels.
 - `stats`: `row_stats` / `row_stats_vjp` at any size (padding), `statistics` (differentiable).
 - `targets`: targets outside the vocabulary refused on the host, NaN rows elsewhere.
 """
 
+from . import cost
 from .blocks import Blocks
 from .kernels import OUTPUTS
 from .stats import RowStats, coefficients, row_stats, row_stats_vjp, statistics
 from .transform import IDENTITY, LogitTransform
 
-__all__ = ["IDENTITY", "OUTPUTS", "Blocks", "LogitTransform", "RowStats", "coefficients", "row_stats", "row_stats_vjp",
-           "statistics"]
+__all__ = ["IDENTITY", "OUTPUTS", "Blocks", "LogitTransform", "RowStats", "coefficients", "cost", "row_stats",
+           "row_stats_vjp", "statistics"]

@@ -1,13 +1,19 @@
-"""Block sizes of the LM-head kernels and what they hold in VMEM.
+"""Block sizes of the LM-head kernels and what they hold in VMEM, as the TPU compiler allocates it.
 
 Each grid step holds a block of `rows` hidden states and a block of `vocab` weight rows, both over
-the whole hidden size (double-buffered by the pipeline), the [rows, vocab] float32 logits and the
-few temporaries made from them, and, in the backward kernels, a float32 accumulator of the gradient
-block. The rows are padded to a multiple of `rows` (a copy of the hidden states), the vocabulary only
-to the lanes (128) and its block divides that, so the weight is never copied where the vocabulary
-is a multiple of 128 (every common one: 32000, 128256, 151936, 262144). Blocks shrink until the
-largest kernel fits in half the chip's VMEM; a hidden size too large for the smallest blocks is
-refused before anything is allocated.
+the whole hidden size and double-buffered by the pipeline; the backward kernels also hold their
+double-buffered output block (dx [rows, hidden], dw [vocab, hidden]) and its float32 accumulator.
+The compiler also spills the operand block the second matmul reads whole (x in the forward and in
+dw's G.T @ x, w in dx's G @ w) and a few [rows, vocab] float32 temporaries. `vmem_bytes` is that sum;
+it was checked against libtpu's own figures ("Program vmem requirement", spill slots included) on
+v5e, v6e and v7x (tests/tpu_compile/ and tools/tpu_compile/cases/lm_head.py hold the boundary).
+
+The rows are padded to a multiple of `rows` (a copy of the hidden states), the vocabulary only to the
+lanes (128) and its block divides that, so the weight is never copied where the vocabulary is a
+multiple of 128 (every common one: 32000, 128256, 151936, 262144). `choose` prefers the largest
+blocks that fit half the chip's VMEM (room for the compiler's own buffers around the kernel), then
+any that fit the VMEM limit the kernels are compiled with (`vmem_limit`); a hidden size for which not
+even the smallest blocks fit that limit is refused before anything is allocated.
 """
 
 from __future__ import annotations
@@ -17,11 +23,19 @@ import dataclasses
 LANES = 128
 ROW_BLOCKS = (512, 256, 128)
 VOCAB_BLOCKS = (1024, 512, 256, 128)
-TEMPORARIES = 6  # [rows, vocab] float32 arrays alive at once (logits, z, exp, masks, their products)
+KERNELS = ("forward", "backward_x", "backward_w")
+TEMPORARIES = 2  # [rows, vocab] float32 spill slots (libtpu: ~1.2 of them at 512 x 1024, 1.3 at 128 x 512)
+RESERVE_PER_ROW = 2048  # the per-row vectors' windows and other small spills (libtpu: 1.1 MiB at 512 rows)
+VMEM_LIMIT_FRACTION = 0.9  # of the chip's VMEM, the scoped limit the kernels are compiled with
 
 
 def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
+
+
+def vmem_limit(vmem_capacity: int) -> int:
+    """The `vmem_limit_bytes` every LM-head kernel is compiled with, and the most `choose` lets one hold."""
+    return int(VMEM_LIMIT_FRACTION * vmem_capacity)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,26 +43,36 @@ class Blocks:
     rows: int
     vocab: int
 
+    def kernel_vmem_bytes(self, kernel: str, hidden: int, itemsize: int) -> int:
+        """What `kernel` (one of `KERNELS`) holds in VMEM at these blocks."""
+        r, v, h, s = self.rows, self.vocab, hidden, itemsize
+        held = 2 * (r + v) * h * s + TEMPORARIES * r * v * 4 + RESERVE_PER_ROW * r  # x and w blocks, double-buffered
+        if kernel == "forward":
+            return held + r * h * s  # x's block read whole by the matmul
+        if kernel == "backward_x":
+            return held + 2 * r * h * s + 4 * r * h + v * h * s  # dx's block, its accumulator, w read whole
+        if kernel == "backward_w":
+            return held + 2 * v * h * s + 4 * v * h + r * h * s  # dw's block, its accumulator, x read whole
+        raise ValueError(f"tokamax lm_head: no kernel {kernel!r}; one of {KERNELS}")
+
     def vmem_bytes(self, hidden: int, itemsize: int) -> int:
-        """The most any of the three kernels holds in VMEM (the backward's gradient accumulators)."""
-        inputs = 2 * (self.rows + self.vocab) * hidden * itemsize
-        logits = TEMPORARIES * self.rows * self.vocab * 4
-        accumulator = max(self.rows, self.vocab) * hidden * (4 + 2 * itemsize)
-        return inputs + logits + accumulator + 64 * 1024
+        """The most any of the three kernels holds in VMEM (a backward kernel's, with its accumulator)."""
+        return max(self.kernel_vmem_bytes(k, hidden, itemsize) for k in KERNELS)
 
 
 def choose(rows: int, hidden: int, vocab: int, itemsize: int, vmem_capacity: int) -> Blocks:
-    """The largest blocks that fit half of `vmem_capacity` (rows never above the rows given, rounded to
-    the lanes; a vocabulary block that divides the vocabulary padded to the lanes)."""
-    budget = vmem_capacity // 2
+    """The largest blocks that fit half of `vmem_capacity`, else the largest that fit `vmem_limit` (rows
+    never above the rows given, rounded to the lanes; a vocabulary block that divides the vocabulary
+    padded to the lanes)."""
     padded_vocab = round_up(vocab, LANES)
     row_cap = round_up(max(rows, 1), LANES)
-    for v in (b for b in VOCAB_BLOCKS if padded_vocab % b == 0):
-        for r in (b for b in ROW_BLOCKS if b <= row_cap):
-            blocks = Blocks(r, v)
+    candidates = [Blocks(r, v) for v in VOCAB_BLOCKS if padded_vocab % v == 0 for r in ROW_BLOCKS if r <= row_cap]
+    for budget in (vmem_capacity // 2, vmem_limit(vmem_capacity)):
+        for blocks in candidates:
             if blocks.vmem_bytes(hidden, itemsize) <= budget:
                 return blocks
     smallest = Blocks(LANES, LANES)
     raise ValueError(f"tokamax lm_head: a hidden size of {hidden} needs {smallest.vmem_bytes(hidden, itemsize)} bytes "
-                     f"of VMEM at the smallest blocks ({LANES} rows x {LANES} vocabulary), over half of this chip's "
-                     f"{vmem_capacity}; the kernels hold the whole hidden size per block")
+                     f"of VMEM at the smallest blocks ({LANES} rows x {LANES} vocabulary), over the "
+                     f"{vmem_limit(vmem_capacity)} the kernels may use of this chip's {vmem_capacity}; the kernels "
+                     f"hold the whole hidden size per block")

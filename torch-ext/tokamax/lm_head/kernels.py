@@ -33,7 +33,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from .blocks import Blocks
+from . import cost
+from .blocks import Blocks, vmem_limit
 from .transform import LogitTransform
 
 OUTPUTS = ("lse", "target_logit", "entropy", "log_sum_sq_probs", "sum_logits", "top1")
@@ -43,8 +44,14 @@ row's lse is +inf, its coefficients 0)."""
 
 
 def _params(semantics: tuple[str, ...]) -> pltpu.CompilerParams:
-    vmem = int(0.9 * pltpu.get_tpu_info().vmem_capacity_bytes)
-    return pltpu.CompilerParams(dimension_semantics=semantics, vmem_limit_bytes=vmem)
+    """The scoped VMEM limit `blocks.choose` fits the blocks to (the compiler's default is far smaller)."""
+    return pltpu.CompilerParams(dimension_semantics=semantics,
+                                vmem_limit_bytes=vmem_limit(pltpu.get_tpu_info().vmem_capacity_bytes))
+
+
+def _cost(model, x: jax.Array, w: jax.Array, blocks: Blocks, transform: LogitTransform) -> pl.CostEstimate:  # noqa: ANN001
+    """What the kernel declares to XLA, from `cost` (the grid and block specs below)."""
+    return model(x.shape[0], x.shape[1], w.shape[0], x.dtype.itemsize, blocks, soft_cap=transform.tanh).estimate()
 
 
 def _logits(x_ref, w_ref, b_ref, transform: LogitTransform) -> tuple[jax.Array, jax.Array]:  # noqa: ANN001
@@ -122,6 +129,7 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tra
         out_shape=[vector] * len(OUTPUTS),
         scratch_shapes=scratch,
         compiler_params=_params(("parallel", "arbitrary")),
+        cost_estimate=_cost(cost.forward, x, w, blocks, transform),
         name=f"tokamax_lm_head_fwd_r{blocks.rows}_v{blocks.vocab}",
     )(targets, x, w, b)
 
@@ -184,6 +192,7 @@ def backward_x(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
         scratch_shapes=[pltpu.VMEM((blocks.rows, hidden), jnp.float32)],
         compiler_params=_params(("parallel", "arbitrary")),
+        cost_estimate=_cost(cost.backward_x, x, w, blocks, transform),
         name=f"tokamax_lm_head_dx_r{blocks.rows}_v{blocks.vocab}",
     )(targets, lse, a, bz, c, d, x, w, b)
 
@@ -227,5 +236,6 @@ def backward_w(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
         out_shape=[jax.ShapeDtypeStruct(w.shape, w.dtype), jax.ShapeDtypeStruct((1, vocab), jnp.float32)],
         scratch_shapes=[pltpu.VMEM((blocks.vocab, hidden), jnp.float32), pltpu.VMEM((1, blocks.vocab), jnp.float32)],
         compiler_params=_params(("parallel", "arbitrary")),
+        cost_estimate=_cost(cost.backward_w, x, w, blocks, transform),
         name=f"tokamax_lm_head_dw_r{blocks.rows}_v{blocks.vocab}",
     )(targets, lse, a, bz, c, d, x, w, b)

@@ -1,0 +1,80 @@
+"""`tokamax.lm_head.cost`, the LM-head kernels' cost model: its figures counted from the definitions
+(each array read once where its block index follows the outer grid axis, once per outer step where it
+follows the inner one; the matmuls' 2 m n k; one exp per logit), and each `pallas_call` declaring
+exactly the model's `pl.CostEstimate` in the lowered module. (tests/tpu_compile/test_lm_head_cost.py
+checks that libtpu's `cost_analysis()` reports the same.)"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+KERNELS = ("forward", "backward_x", "backward_w")
+
+
+def test_counts_follow_the_grid(kernel):
+    lm_head = kernel.lm_head
+    cost, blocks = lm_head.cost, lm_head.Blocks(256, 512)
+    rows, hidden, vocab, s = 1024, 384, 2048, 2  # 4 row blocks, 4 vocabulary blocks
+    x, w, vector, bias = rows * hidden * s, vocab * hidden * s, rows * 4, vocab * 4
+    c = cost.costs(rows, hidden, vocab, s, blocks)
+    assert c["forward"].grid == (4, 4) and c["backward_w"].grid == (4, 4)
+    assert c["forward"].bytes_read == x + vector + 4 * (w + bias)
+    assert c["forward"].bytes_written == 6 * vector
+    assert c["backward_x"].bytes_read == x + 6 * vector + 4 * (w + bias)
+    assert c["backward_x"].bytes_written == x
+    assert c["backward_w"].bytes_read == w + bias + 4 * (x + 6 * vector)
+    assert c["backward_w"].bytes_written == w + bias
+    assert c["forward"].flops == 2 * rows * vocab * hidden
+    assert c["backward_x"].flops == c["backward_w"].flops == 4 * rows * vocab * hidden
+    assert c["forward"].transcendentals == rows * vocab + rows * 4 + 2 * rows
+    assert c["backward_x"].transcendentals == rows * vocab
+    assert cost.backward_w(rows, hidden, vocab, s, blocks, soft_cap=True).transcendentals == 2 * rows * vocab
+    assert c["backward_x"].matmuls == ((256, 512, hidden), (256, hidden, 512))
+    for name, k in c.items():
+        assert k.vmem_bytes == blocks.kernel_vmem_bytes(name, hidden, s)
+        assert k.arithmetic_intensity == k.flops / (k.bytes_read + k.bytes_written)
+        assert k.estimate().bytes_accessed == k.bytes_accessed
+
+
+def test_one_block_reads_each_array_once_and_larger_blocks_read_less(kernel):
+    lm_head = kernel.lm_head
+    cost = lm_head.cost
+    rows, hidden, vocab = 512, 256, 1024
+    whole = cost.forward(rows, hidden, vocab, 2, lm_head.Blocks(512, 1024))
+    assert whole.bytes_read == (rows + vocab) * hidden * 2 + rows * 4 + vocab * 4
+    small = cost.forward(rows, hidden, vocab, 2, lm_head.Blocks(128, 1024))
+    assert small.bytes_read > whole.bytes_read and small.arithmetic_intensity < whole.arithmetic_intensity
+    assert whole.mxu_fill(256) == 1.0 and cost.forward(128, 256, 128, 2, lm_head.Blocks(128, 128)).mxu_fill(256) == 0.25
+    with pytest.raises(ValueError, match="tokamax lm_head: 500 rows and a vocabulary of 1024 must be multiples"):
+        cost.forward(500, hidden, vocab, 2, lm_head.Blocks(128, 1024))
+
+
+def _declared(module: str) -> list[dict[str, int]]:
+    """The cost_estimate of each Mosaic kernel in a lowered module."""
+    return [{k: int(v) for k, v in re.findall(r"\\22(\w+)\\22:(\d+)", estimate)}
+            for estimate in re.findall(r"\\22cost_estimate\\22: \{(.*?)\}", module)]
+
+
+@pytest.mark.parametrize("which", list(KERNELS))
+@pytest.mark.parametrize("soft_cap", [False, True])
+def test_each_kernel_declares_the_models_estimate(kernel, emulation, which, soft_cap):
+    lm_head = kernel.lm_head
+    sd = jax.ShapeDtypeStruct
+    rows, hidden, vocab, blocks = 768, 256, 1536, lm_head.Blocks(256, 512)
+    t = lm_head.LogitTransform.of(soft_cap=30.0) if soft_cap else lm_head.IDENTITY
+    specs = [sd((rows, hidden), jnp.bfloat16), sd((vocab, hidden), jnp.bfloat16), sd((1, vocab), jnp.float32),
+             sd((rows,), jnp.int32)] + [sd((rows,), jnp.float32)] * (5 if which != "forward" else 0)
+    call = getattr(lm_head.kernels, which)
+    with emulation.emulated_chip("v6e"), jax.sharding.use_abstract_mesh(emulation.tpu_mesh("v6e")):
+        module = jax.jit(lambda *a: call(*a, transform=t, blocks=blocks, true_vocab=vocab)).trace(*specs).lower(
+            lowering_platforms=("tpu",)).as_text()
+    declared = _declared(module)
+    assert len(declared) == 1, declared
+    [got] = declared
+    model = getattr(lm_head.cost, which)(rows, hidden, vocab, 2, blocks, soft_cap=soft_cap)
+    assert (got["flops"], got["transcendentals"], got["bytes_accessed"]) == (
+        model.flops, model.transcendentals, model.bytes_accessed)

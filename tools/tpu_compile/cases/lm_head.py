@@ -1,0 +1,55 @@
+"""Our LM-head kernels (`tokamax.lm_head.statistics`: one forward kernel, two backward) for one
+training step at 8,192 tokens in bf16: `jax.grad` of a loss made of the log-sum-exp, the target's logit
+and the entropy, at the vocabularies and hidden sizes of the models people train. And the hidden-size
+boundary per chip: the largest hidden size `lm_head.blocks.choose` accepts compiles, the next one
+(128 more) is refused by the kernel itself ("a hidden size of ... needs ... bytes of VMEM")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ..case import Case, on_chips, spec
+from . import _models as m
+
+TOKENS = 8192
+MODELS = (m.LLAMA_2_7B, m.LLAMA_3_8B, m.LLAMA_3_70B, m.LLAMA_3_405B, m.QWEN3_8B, m.QWEN3_32B, m.GPT_OSS_120B,
+          m.GEMMA_3_1B, m.GEMMA_3_12B, m.GEMMA_3_27B)
+# The largest hidden size the kernels take in bf16 at the smallest blocks (128 x 128), per chip: what
+# `blocks.choose` accepts within `blocks.vmem_limit` (0.9 of 128 MiB of VMEM on v5e and v6e, of 64 MiB on v7x).
+# libtpu itself, the backward kernels alone at 128 x 128: v7x compiles 26368 and fails at 26624 ("Scoped
+# allocation with size 58.54M and limit 57.60M"), v6e compiles 52608 and fails at 53248 (117.03M of 115.20M).
+LARGEST_HIDDEN = {"v5e": 52224, "v6e": 52224, "v7x": 25984}
+BOUNDARY_VOCAB = 32000
+REFUSAL = "tokamax lm_head: a hidden size of"
+
+
+def step(kernel: Any, mesh: Any, hidden: int, vocab: int) -> tuple[Any, list[jax.ShapeDtypeStruct]]:
+    """d/d(x, w) of sum(lse - target logit) - 0.1 sum(entropy) over 8,192 tokens (a head without a bias)."""
+    specs = [spec(mesh, (TOKENS, hidden), jnp.bfloat16), spec(mesh, (vocab, hidden), jnp.bfloat16),
+             spec(mesh, (TOKENS,), jnp.int32)]
+
+    def loss(x: Any, w: Any, targets: Any) -> Any:
+        stats = kernel.lm_head.statistics(x, w, jnp.zeros((vocab,), jnp.float32), targets)
+        return jnp.sum(stats.lse - stats.target_logit) - 0.1 * jnp.sum(stats.entropy)
+
+    return jax.grad(loss, argnums=(0, 1)), specs
+
+
+def _build(hidden: int, vocab: int) -> Any:
+    return lambda kernel, mesh: step(kernel, mesh, hidden, vocab)
+
+
+def cases() -> list[Case]:
+    out = []
+    for model in MODELS:
+        out += on_chips(lambda chip, model=model: Case(
+            f"lm_head/{model.name}/h{model.hidden}-v{model.vocab}/fwd+bwd", "lm_head", model.name, chip,
+            _build(model.hidden, model.vocab), tier="all"))
+    for chip, hidden in LARGEST_HIDDEN.items():
+        for h, expect in ((hidden, "compiles"), (hidden + 128, REFUSAL)):
+            out.append(Case(f"lm_head/largest-hidden/h{h}-v{BOUNDARY_VOCAB}/fwd+bwd", "lm_head",
+                            "boundary", chip, _build(h, BOUNDARY_VOCAB), expect=expect))
+    return out

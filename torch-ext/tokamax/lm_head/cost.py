@@ -1,0 +1,112 @@
+"""What each LM-head kernel costs, from its grid and block specs: the `pl.CostEstimate` every
+`pallas_call` in `kernels` declares (XLA's scheduler and `compiled.cost_analysis()` read it), and the
+figures a block choice is compared by (arithmetic intensity, the matmuls' shapes, VMEM).
+
+HBM traffic follows the pipeline: an input block is fetched again only when its block index changes
+between consecutive grid steps, so a block indexed by the outer grid axis is read once in all, one
+indexed by the inner axis once per outer step. The forward and dx run over (row blocks, vocabulary
+blocks): x and the per-row vectors once, w and the bias once per row block. dw runs over (vocabulary
+blocks, row blocks): w and the bias once, x and the per-row vectors once per vocabulary block. Each
+output block is written once. Flops are the matmuls' (2 m n k each): the logits in every kernel, and
+G @ w or G.T @ x in the backward. Transcendentals: one exp per logit (e^(z-m) in the forward, p in the
+backward), one tanh more per logit under a soft cap, and in the forward one exp per row and
+vocabulary block (the running maximum's rescaling) and two logs per row at the end.
+
+Sizes are the padded ones the kernels run at: `rows` a multiple of `blocks.rows`, `vocab` of
+`blocks.vocab`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jax.experimental import pallas as pl
+
+from .blocks import Blocks
+
+ROW_VECTORS = {"forward": 1, "backward_x": 6, "backward_w": 6}  # targets; + lse and the coefficients a, b, c, d
+OUTPUT_VECTORS = 6  # the forward's per-row statistics (kernels.OUTPUTS)
+F32 = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCost:
+    """One kernel's cost over its whole grid."""
+
+    kernel: str
+    grid: tuple[int, int]
+    flops: int
+    transcendentals: int
+    bytes_read: int
+    bytes_written: int
+    matmuls: tuple[tuple[int, int, int], ...]  # (m, n, k) of each grid step's matmuls
+    vmem_bytes: int  # what it holds in VMEM (blocks.Blocks.kernel_vmem_bytes)
+
+    @property
+    def bytes_accessed(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """Flops per HBM byte: above the chip's flops / bandwidth, the kernel can be MXU-bound."""
+        return self.flops / self.bytes_accessed
+
+    def mxu_fill(self, mxu: int) -> float:
+        """The share of the MXU's `mxu` x `mxu` tiles the step's matmuls fill (1.0 when every m and n is a
+        multiple of it; 128 on v5e, 256 on v6e and v7x)."""
+        used = sum(m * n for m, n, _ in self.matmuls)
+        tiles = sum(-(-m // mxu) * -(-n // mxu) * mxu * mxu for m, n, _ in self.matmuls)
+        return used / tiles
+
+    def estimate(self) -> pl.CostEstimate:
+        return pl.CostEstimate(flops=self.flops, transcendentals=self.transcendentals,
+                               bytes_accessed=self.bytes_accessed)
+
+
+def _check(rows: int, vocab: int, blocks: Blocks) -> tuple[int, int]:
+    if rows % blocks.rows or vocab % blocks.vocab:
+        raise ValueError(f"tokamax lm_head: {rows} rows and a vocabulary of {vocab} must be multiples of the "
+                         f"blocks ({blocks.rows} x {blocks.vocab})")
+    return rows // blocks.rows, vocab // blocks.vocab
+
+
+def forward(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False
+            ) -> KernelCost:
+    nr, nv = _check(rows, vocab, blocks)
+    logits = rows * vocab
+    read = (rows * hidden * itemsize + ROW_VECTORS["forward"] * rows * 4  # x, targets: once
+            + nr * (vocab * hidden * itemsize + vocab * F32))  # w and the bias: once per row block
+    return KernelCost("forward", (nr, nv), 2 * logits * hidden, logits * (1 + soft_cap) + rows * nv + 2 * rows,
+                      read, OUTPUT_VECTORS * rows * F32, ((blocks.rows, blocks.vocab, hidden),),
+                      blocks.kernel_vmem_bytes("forward", hidden, itemsize))
+
+
+def backward_x(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False
+               ) -> KernelCost:
+    nr, nv = _check(rows, vocab, blocks)
+    logits = rows * vocab
+    read = (rows * hidden * itemsize + ROW_VECTORS["backward_x"] * rows * 4  # x, the vectors: once
+            + nr * (vocab * hidden * itemsize + vocab * F32))  # w and the bias: once per row block
+    return KernelCost("backward_x", (nr, nv), 4 * logits * hidden, logits * (1 + soft_cap), read,
+                      rows * hidden * itemsize,
+                      ((blocks.rows, blocks.vocab, hidden), (blocks.rows, hidden, blocks.vocab)),
+                      blocks.kernel_vmem_bytes("backward_x", hidden, itemsize))
+
+
+def backward_w(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False
+               ) -> KernelCost:
+    nr, nv = _check(rows, vocab, blocks)
+    logits = rows * vocab
+    read = (vocab * hidden * itemsize + vocab * F32  # w and the bias: once
+            + nv * (rows * hidden * itemsize + ROW_VECTORS["backward_w"] * rows * 4))  # x, vectors: per vocab block
+    return KernelCost("backward_w", (nv, nr), 4 * logits * hidden, logits * (1 + soft_cap), read,
+                      vocab * hidden * itemsize + vocab * F32,  # dw, db
+                      ((blocks.rows, blocks.vocab, hidden), (blocks.vocab, hidden, blocks.rows)),
+                      blocks.kernel_vmem_bytes("backward_w", hidden, itemsize))
+
+
+def costs(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False
+          ) -> dict[str, KernelCost]:
+    """The three kernels' costs, by name (`blocks.KERNELS`)."""
+    return {f.__name__: f(rows, hidden, vocab, itemsize, blocks, soft_cap=soft_cap)
+            for f in (forward, backward_x, backward_w)}
