@@ -34,7 +34,7 @@ def _build(tokens: int, seqs: int, n_kq: int, n_v: int) -> Any:
 
 # (what, tokens, sequences, key/query heads, value heads, tier)
 SHAPES = (
-    ("mixed-t2048-seqs64-tp1", 2048, 64, 16, 32, "default"),
+    ("mixed-t2048-seqs64-tp1", 2048, 64, 16, 32, "all"),
     ("decode-t256-seqs256-tp1", 256, 256, 16, 32, "all"),
     ("prefill-t8192-seqs4-tp2", 8192, 4, 8, 16, "all"),
 )
