@@ -3,8 +3,8 @@
 Upstream's kernel prefetches `page_indices`, `kv_lens` and `cu_q_lens` into SMEM and checks none of them against its
 size, so 128 sequences of 32k tokens in 16-token pages (a 1 MiB page table) reach the TPU compiler, which fails:
 "Ran out of memory in memory space smem. Used 1.00M of 1.00M smem. Exceeded smem capacity by 4.6K" (the page table
-the largest allocation, a few KiB of scalars and spill slots beside it). The subclass keeps upstream's class name, so
-autotuning tables and results name it as upstream does.
+the largest allocation, a few KiB of scalars and spill slots beside it). The subclass keeps upstream's class name and
+module, so autotuning tables, results and the op metadata in lowered modules name it as upstream does.
 """
 
 from __future__ import annotations
@@ -40,4 +40,6 @@ class PallasTpuMultiHeadLatentAttention(_upstream.PallasTpuMultiHeadLatentAttent
         return super().bind(ql_nope, q_pe, new_kv_c, new_k_pe, cache_kv, kv_lens, page_indices, *args, **kwargs)
 
 
+# Named as upstream's class: autotuning keys and the op's metadata in lowered modules stay upstream's.
 PallasTpuMultiHeadLatentAttention.__qualname__ = _upstream.PallasTpuMultiHeadLatentAttention.__qualname__
+PallasTpuMultiHeadLatentAttention.__module__ = _upstream.__name__
