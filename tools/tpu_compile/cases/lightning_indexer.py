@@ -33,7 +33,7 @@ def _build(tokens: int, seqs: int, context: int, k: int, ratio: int) -> Any:
 
 # (model, what, tokens, sequences, context a sequence, top-k, compression ratio, tier)
 SHAPES: tuple[tuple[Model, str, int, int, int, int, int, str], ...] = (
-    (DEEPSEEK_V4_FLASH, "csa-decode", 128, 128, 32768, 512, 4, "all"),
+    (DEEPSEEK_V4_FLASH, "csa-decode", 128, 128, 32768, 512, 4, "default"),
     (DEEPSEEK_V3_2, "decode", 128, 128, 32768, 2048, 1, "all"),
     (DEEPSEEK_V3_2, "prefill", 2048, 2, 32768, 2048, 1, "all"),
 )

@@ -34,7 +34,7 @@ def _build(heads: int, tokens: int, seqs: int, context: int, page: int) -> Any:
 
 # (what, heads on the chip, tokens, sequences, context tokens a sequence, page size, tier)
 SHAPES = (
-    ("decode-h64", 64, 128, 128, 32768, 64, "all"),
+    ("decode-h64", 64, 128, 128, 32768, 64, "default"),
     ("mixed-h64", 64, 2048, 16, 32768, 64, "all"),
     ("decode-tp8-h8", 8, 256, 256, 32768, 64, "all"),
     ("decode-h64-ctx1m", 64, 64, 64, 1048576, 64, "all"),  # 1M tokens: a 1 MiB page table, unlike RPA and MLA fine
