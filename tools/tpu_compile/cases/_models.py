@@ -33,3 +33,15 @@ GPT_OSS_120B = Model("gpt-oss-120b", 2880, 201088, 64, 8, 64, 2880, 128, 4)
 QWEN3_32B = Model("Qwen3-32B", 5120, 151936, 64, 8, 128, 25600)
 GEMMA_3_1B = Model("Gemma-3-1B", 1152, 262144, 4, 1, 256, 6912)
 GEMMA_3_12B = Model("Gemma-3-12B", 3840, 262208, 16, 8, 256, 15360)
+
+# ---- ops-attn (issue 43): the attention and linear-attention ops' models, from their published configs ----
+# DeepSeek-V3 MLA: kv_lora_rank 512, qk_rope_head_dim 64, qk_nope_head_dim 128, 128 heads (DEEPSEEK_V3 above).
+# DeepSeek-V3.2 lightning indexer: index_n_heads 64, index_head_dim 128, index_topk 2048.
+DEEPSEEK_V3_2 = Model("DeepSeek-V3.2", 7168, 129280, 128, 128, 128, 2048, 256, 8)
+# DeepSeek-V4-Flash: 64 heads of 512 (one shared KV head, RoPE 64), hidden 4096, sliding window 128, CSA layers
+# (compress ratio 4, lightning indexer of 64 heads of 128, index_topk 512) and HCA layers (compress ratio 128).
+DEEPSEEK_V4_FLASH = Model("DeepSeek-V4-Flash", 4096, 129280, 64, 1, 512)
+# Kimi Linear (48B-A3B): KDA layers of 32 heads of 128.
+KIMI_LINEAR = Model("Kimi-Linear-48B-A3B", 2304, 163840, 32, 32, 128)
+# Qwen3-Next-80B-A3B: Gated DeltaNet layers of 16 key/query heads and 32 value heads of 128, conv kernel 4.
+QWEN3_NEXT_80B = Model("Qwen3-Next-80B-A3B", 2048, 151936, 16, 32, 128)

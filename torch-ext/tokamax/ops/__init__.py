@@ -23,7 +23,8 @@ _OPS = "._ported._src.ops"
 _NAMES = {
     "dot_product_attention": (f"{_OPS}.attention.api", "dot_product_attention"),
     "DotProductAttentionImplementation": (f"{_OPS}.attention.api", "Implementation"),
-    "batched_ragged_paged_attention": (f"{_OPS}.batched_rpa.api", "batched_ragged_paged_attention"),
+    # our SMEM check first (ops/_rpa_smem.py), then upstream's op
+    "batched_ragged_paged_attention": (".ops._rpa_smem", "batched_ragged_paged_attention"),
     "ragged_paged_attention": (f"{_OPS}.batched_rpa.api", "ragged_paged_attention"),
     "csa_gather": (f"{_OPS}.csa_gather.api", "csa_gather"),
     "deepseek_rope": (f"{_OPS}.deepseek_rope.api", "deepseek_rope"),

@@ -15,5 +15,7 @@ _OPS = {
                                            "SplashAttentionConfig")],
 }
 _NAMES = _names(_OPS, "._ported._src.ops")
+# our SMEM check first (ops/_mla_smem.py), then upstream's Op
+_NAMES["MultiHeadLatentAttention"] = (".ops._mla_smem", "PallasTpuMultiHeadLatentAttention")
 __all__ = sorted(_NAMES)
 __getattr__, __dir__ = namespace(__name__, _NAMES)
