@@ -45,5 +45,5 @@ def cases() -> list[Case]:
     for what, build in (("pre", _pre), ("post", _post), ("fused-post-pre", _fused)):
         out += on_chips(lambda chip, what=what, build=build: Case(
             f"mhc/{DEEPSEEK_V4.name}/{what}-t{TOKENS}-m{M}-h{H}/fwd", "mhc", DEEPSEEK_V4.name, chip, build,
-            tier="default" if (what == "fused-post-pre" and chip == "v7x") else "all"))
+            tier="default" if (what == "post" and chip == "v7x") else "all"))
     return out
