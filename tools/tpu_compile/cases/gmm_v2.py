@@ -1,6 +1,8 @@
 """Upstream's V2 ragged dot (`tokamax.ops.ragged_dot(implementation="mosaic_tpu_v2")`, the `gmm_v2` /
 `tgmm_v2` kernels) at MoE experts' shapes, forward and through `jax.grad`, 8,192 tokens routed; and
-gmm_v2's fused gate/up activation at inference (forward only, as upstream's VJP does not take it)."""
+gmm_v2's fused gate/up activation at inference (forward only, as upstream's VJP does not take it), but
+not for gpt-oss-120b, whose 5,760 gate/up columns upstream refuses ("size_n=5760 should be divisible by
+2 * num_lanes when fuse_act is enabled") with its own message, which tests/jax/public holds this kernel to."""
 
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ def cases() -> list[Case]:
             out += on_chips(lambda chip, model=model, what=what, k=k, n=n: _case(
                 chip, model, what, k, n,
                 "default" if (model is QWEN3_30B_A3B and what == "gate-up" and chip == "v6e") else "all"))
-        out += on_chips(lambda chip, model=model: _case(
-            chip, model, "gate-up-silu", model.hidden, 2 * model.intermediate, "all", grad=False,
-            fuse_gateup_activation="silu"))
+        if (2 * model.intermediate) % (2 * 128) == 0:
+            out += on_chips(lambda chip, model=model: _case(
+                chip, model, "gate-up-silu", model.hidden, 2 * model.intermediate, "all", grad=False,
+                fuse_gateup_activation="silu"))
     return out
