@@ -45,3 +45,15 @@ DEEPSEEK_V4_FLASH = Model("DeepSeek-V4-Flash", 4096, 129280, 64, 1, 512)
 KIMI_LINEAR = Model("Kimi-Linear-48B-A3B", 2304, 163840, 32, 32, 128)
 # Qwen3-Next-80B-A3B: Gated DeltaNet layers of 16 key/query heads and 32 value heads of 128, conv kernel 4.
 QWEN3_NEXT_80B = Model("Qwen3-Next-80B-A3B", 2048, 151936, 16, 32, 128)
+
+# --- Added for the MoE and DeepSeek-V4 op families (ops-moe). DeepSeek-V4's numbers are the shapes of
+# upstream's own tuned tables for its DeepSeek-V4 kernels (data/autotuning/tpu7x: pallas_tpu_mhc_*,
+# pallas_tpu_deepseek_rope, pallas_tpu_grouped_lowrank_proj): hidden 7168, 4 hyper-connection streams,
+# 128 heads of 512 (the trailing 64 rotated), positions up to 65,536, `wo_a` in 16 groups of 8 heads
+# to rank 1024 each.
+DEEPSEEK_V4 = Model("DeepSeek-V4", 7168, 129280, 128, 1, 512)
+DSV4_HC_MULT = 4
+DSV4_ROTARY_DIM = 64
+DSV4_MAX_POSITION = 65536
+DSV4_O_GROUPS = 16
+DSV4_O_RANK = 1024

@@ -5,6 +5,8 @@ from __future__ import annotations
 from .._lazy import namespace
 
 _NAMES = {
+    "fused_moe": (".ops._fused_moe", "fused_moe"),  # upstream's, its refusals named
+    "fused_moe_decode": (".ops._moe_decode", "fused_moe_decode"),  # upstream's, VMEM checked first
     "mla_swa": ("._ported._src.ops.experimental.mla_swa.api", "mla_swa"),
     "splash_attention": ("._ported._src.ops.experimental.tpu.splash_attention.api", "splash_attention"),
     "tpu": (".ops.experimental.tpu", ""),
