@@ -19,3 +19,10 @@ def test_the_page_lists_every_case_as_the_tier_runs_it():
                                       "regenerate its table (python -m tools.tpu_compile.table)"
     differ = {k: (documented[k], expected[k]) for k in expected if documented[k] != expected[k]}
     assert not differ, f"docs/tpu-compile.md differs from the cases: {differ}"
+
+
+def test_the_benchmarks_named_cases_exist():
+    from tools.tpu_compile import figures
+
+    names = {c.name for c in all_cases()}
+    assert figures.NAMED_CASES and set(figures.NAMED_CASES) <= names, set(figures.NAMED_CASES) - names

@@ -11,6 +11,9 @@ import jax
 import jax.numpy as jnp
 
 COMPILES = "compiles"
+# `expect` of a call the kernel accepts and libtpu is known to refuse (a gap we have not closed yet, kept
+# in sight): "libtpu: " and a piece of the compiler's message
+KNOWN_COMPILER_ERROR = "libtpu: "
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +22,8 @@ class Case:
     `jax.ShapeDtypeStruct`s (each with a sharding on `mesh`; `spec` makes one).
 
     `expect` is `COMPILES`, or a piece of the message the kernel refuses the call with (before the
-    compiler sees it). `tier` "default" runs in ./test.sh, "all" only under `./test.sh --all`.
+    compiler sees it), or `KNOWN_COMPILER_ERROR` and a piece of libtpu's message (a known gap). `tier`
+    "default" runs in ./test.sh, "all" only under `./test.sh --all`.
     """
 
     id: str  # family/model/what, e.g. "ragged_dot/Mixtral-8x7B/fwd+bwd"

@@ -23,7 +23,12 @@ from .cases import all_cases
 LM_HEAD_STEPS = (("Qwen3-8B", 4096, 151936, 16384), ("Llama-3.1-8B", 4096, 128256, 16384))
 CHIP = "v6e"
 # compile cases whose per-chip memory the table shows (ids from tools/tpu_compile/cases/)
-NAMED_CASES: tuple[str, ...] = ()
+NAMED_CASES: tuple[str, ...] = (
+    "splash/attend/Llama-3.1-8B/causal/128k/fwd+bwd@v7x",  # attention at 128k on one chip
+    "ring/Llama-3.1-8B/32k/plain/fwd+bwd@v6e:2x4",  # the ring per chip, 8 chips
+    "ring/Llama-3.1-8B/32k/load-balanced/fwd+bwd@v6e:2x4",
+    "ring/Llama-3.1-8B/128k/plain/fwd+bwd@v6e:2x4",
+)
 
 
 def lm_head_step(kernel: ModuleType, chip: str = CHIP) -> list[dict]:

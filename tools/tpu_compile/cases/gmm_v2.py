@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ..case import Case, on_chips, spec
+from ..case import COMPILES, KNOWN_COMPILER_ERROR, Case, on_chips, spec
 from ._models import DEEPSEEK_V3, GPT_OSS_120B, MIXTRAL_8X7B, QWEN3_30B_A3B, Model
 
 TOKENS = 8192
@@ -34,9 +34,16 @@ def _build(model: Model, k: int, n: int, grad: bool, **kw: Any) -> Any:
     return build
 
 
+# A known gap: upstream's tiling (`calculate_tiling`) picks 384 x 14336 x 1024 tiles for Mixtral's down projection
+# within its VMEM estimate (~109 MiB of the 115.2 MiB limit), which leaves out ~8 MiB of Mosaic's own scratch:
+# libtpu reports "CompileTimeScopedVmemOom ... 117.41M and limit 115.20M" on v5e (128 MiB of VMEM).
+_KNOWN = {("Mixtral-8x7B", "down", "v5e"): KNOWN_COMPILER_ERROR + "CompileTimeScopedVmemOom"}
+
+
 def _case(chip: str, model: Model, what: str, k: int, n: int, tier: str, grad: bool = True, **kw: Any) -> Case:
+    expect = _KNOWN.get((model.name, what, chip), COMPILES) if grad else COMPILES
     return Case(f"gmm_v2/{model.name}/{what}/{'fwd+bwd' if grad else 'fwd'}", "gmm_v2", model.name, chip,
-                _build(model, k, n, grad, **kw), tier=tier)
+                _build(model, k, n, grad, **kw), tier=tier, expect=expect)
 
 
 def cases() -> list[Case]:
