@@ -148,9 +148,34 @@ def attention(pythons: dict[str, str]) -> dict:
             "generate": _probe_json(pythons["torch-tier"], "generate_exports.py", str(VARIANT), torch_tier=True),
             "fused_loss": _probe_json(pythons["torch-tier"], "fused_loss_memory.py", str(VARIANT), torch_tier=True),
             "trl_head": _probe_json(pythons["torch-tier"], "trl_head_memory.py", str(VARIANT), torch_tier=True),
+            "lm_head_costs": _probe_json(pythons["jax-tier"], "lm_head_costs.py", str(VARIANT)),
+            "labels_exports": _probe_json(pythons["torch-tier"], "labels_exports.py", str(VARIANT), torch_tier=True),
             "tuning": _probe_json(pythons["torch-tier"], "tuning_costs.py", str(VARIANT), torch_tier=True),
             "paged_serving": _probe_json(pythons["torch-tier"], "paged_serving.py", str(VARIANT), torch_tier=True),
             "compiled": _probe_json(pythons["torch-tier"], "tpu_compile_figures.py", str(VARIANT))}
+
+
+def lm_head_cost_rows(costs: dict) -> list[tuple[str, str, str]]:
+    """The LM head's cost model per chip: each kernel before and after per-kernel blocks, and the roofline
+    of Liger's three-matmul scheme at the same step."""
+    rows = []
+    size = f"{costs['rows']:,} tokens, hidden {costs['hidden']}, bf16"
+    for label, chips in costs["vocabs"].items():
+        for chip, r in chips.items():
+            ridge = costs["chips"][chip]["ridge"]
+            for when in ("before", "after"):
+                kernels = r[when]
+                detail = "; ".join(f"{name} {k['blocks'][0]}x{k['blocks'][1]} {k['bytes'] / 1e9:.1f} GB "
+                                   f"AI {k['intensity']:.0f} fill {k['fill']:.2f}" for name, k in kernels.items())
+                total = sum(k["seconds"] for k in kernels.values()) * 1e3
+                rows.append((f"LM head step cost model, {label}, {chip} (ridge {ridge:.0f} flops/B), {when} "
+                             "per-kernel blocks: roofline ms", f"{total:.0f}", f"{size}; {detail}"))
+            liger = r["liger"]
+            rows.append((f"LM head step cost model, {label}, {chip}: Liger's 3-matmul scheme (logits per chunk in "
+                         "HBM): roofline ms", f"{liger['seconds'] * 1e3:.0f}",
+                         f"{liger['bytes'] / 1e9:.0f} GB moved, {liger['temp_bytes'] / 2**30:.1f} GiB temporaries "
+                         "(ours: under 2 MiB)"))
+    return rows
 
 
 def compiled_rows(compiled: dict) -> list[tuple[str, str, str]]:
@@ -332,6 +357,12 @@ def table(results: dict) -> str:
                  ", ".join(str(r["exports"]) for r in runs.values()),
                  f"<= {serving['exports']['bound']} by the buckets; shapes without buckets: "
                  + ", ".join(str(r["shapes_without_buckets"]) for r in runs.values())))
+    rows += lm_head_cost_rows(att["lm_head_costs"])
+    ex = att["labels_exports"]
+    for name in ("cross_entropy", "z_loss"):
+        rows.append((f"fused loss labels path, {name}: torch-tpu exports over {ex['batches']} dynamically padded "
+                     "batches (forward / backward)", " / ".join(str(n) for n in ex[name].values()),
+                     f"{ex['buckets']} buckets; {ex['token_counts']} token counts (an export each without buckets)"))
     rows += compiled_rows(results["attention"]["compiled"])
     for tier, t in results["test_tiers"].items():
         rows.append((f"test tier {tier} (CPU, interpret mode), last ./test.sh", f"{t['seconds']:.0f} s",

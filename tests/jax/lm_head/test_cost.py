@@ -49,8 +49,32 @@ def test_one_block_reads_each_array_once_and_larger_blocks_read_less(kernel):
     small = cost.forward(rows, hidden, vocab, 2, lm_head.Blocks(128, 1024))
     assert small.bytes_read > whole.bytes_read and small.arithmetic_intensity < whole.arithmetic_intensity
     assert whole.mxu_fill(256) == 1.0 and cost.forward(128, 256, 128, 2, lm_head.Blocks(128, 128)).mxu_fill(256) == 0.25
-    with pytest.raises(ValueError, match="tokamax lm_head: 500 rows and a vocabulary of 1024 must be multiples"):
+    with pytest.raises(ValueError, match=r"tokamax lm_head: 500 rows must be a multiple of the row block \(128\)"):
         cost.forward(500, hidden, vocab, 2, lm_head.Blocks(128, 1024))
+
+
+def test_the_last_vocabulary_block_costs_mxu_work_but_reads_only_the_weight(kernel):
+    """A vocabulary of 1,000 in blocks of 512: two steps, the MXU working 1,024 columns, the DMA reading the
+    1,000 weight rows there are (the bias padded to the grid); dw written as stored."""
+    lm_head = kernel.lm_head
+    rows, hidden, vocab, s = 512, 256, 1000, 2
+    blocks = lm_head.Blocks(128, 512)
+    c = lm_head.cost.costs(rows, hidden, vocab, s, blocks)
+    assert c["forward"].grid == (4, 2) and c["backward_w"].grid == (2, 4)
+    assert c["forward"].flops == 2 * rows * 1024 * hidden
+    assert c["forward"].bytes_read == rows * hidden * s + rows * 4 + 4 * (vocab * hidden * s + 1024 * 4)
+    assert c["backward_w"].bytes_written == vocab * hidden * s + vocab * 4
+
+
+def test_the_roofline_takes_the_larger_of_mxu_and_hbm_time_and_a_cost_per_step(kernel):
+    lm_head = kernel.lm_head
+    cost = lm_head.cost
+    on = cost.Chip("test", peak_flops=1e12, hbm_bandwidth=1e9, mxu=256, vmem=1 << 27)
+    assert on.ridge == 1000
+    k = cost.forward(256, 256, 1024, 2, lm_head.Blocks(128, 512))
+    assert k.seconds(on) == pytest.approx(max(k.flops / (k.mxu_fill(256) * 1e12), k.bytes_accessed / 1e9)
+                                          + 4 * cost.STEP_SECONDS)
+    assert k.mxu_fill(256) == 0.5  # 128 rows on a 256-wide MXU
 
 
 def _declared(module: str) -> list[dict[str, int]]:
@@ -60,13 +84,14 @@ def _declared(module: str) -> list[dict[str, int]]:
 
 
 @pytest.mark.parametrize("which", list(KERNELS))
-@pytest.mark.parametrize("soft_cap", [False, True])
-def test_each_kernel_declares_the_models_estimate(kernel, emulation, which, soft_cap):
+@pytest.mark.parametrize(("soft_cap", "vocab"), [(False, 1536), (True, 1536), (False, 1500)])
+def test_each_kernel_declares_the_models_estimate(kernel, emulation, which, soft_cap, vocab):
+    """At a vocabulary the blocks divide, and one whose last block runs past the weight (1,500 in 512s)."""
     lm_head = kernel.lm_head
     sd = jax.ShapeDtypeStruct
-    rows, hidden, vocab, blocks = 768, 256, 1536, lm_head.Blocks(256, 512)
+    rows, hidden, blocks = 768, 256, lm_head.Blocks(256, 512)
     t = lm_head.LogitTransform.of(soft_cap=30.0) if soft_cap else lm_head.IDENTITY
-    specs = [sd((rows, hidden), jnp.bfloat16), sd((vocab, hidden), jnp.bfloat16), sd((1, vocab), jnp.float32),
+    specs = [sd((rows, hidden), jnp.bfloat16), sd((vocab, hidden), jnp.bfloat16), sd((1, 1536), jnp.float32),
              sd((rows,), jnp.int32)] + [sd((rows,), jnp.float32)] * (5 if which != "forward" else 0)
     call = getattr(lm_head.kernels, which)
     with emulation.emulated_chip("v6e"), jax.sharding.use_abstract_mesh(emulation.tpu_mesh("v6e")):

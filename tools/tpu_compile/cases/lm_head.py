@@ -2,7 +2,10 @@
 training step at 8,192 tokens in bf16: `jax.grad` of a loss made of the log-sum-exp, the target's logit
 and the entropy, at the vocabularies and hidden sizes of the models people train. And the hidden-size
 boundary per chip: the largest hidden size `lm_head.blocks.choose` accepts compiles, the next one
-(128 more) is refused by the kernel itself ("a hidden size of ... needs ... bytes of VMEM")."""
+(128 more) is refused by the kernel itself ("a hidden size of ... needs ... bytes of VMEM"). And the
+step the LM-head issue measures (16,384 tokens, hidden 4096, bf16, Qwen's and Llama's vocabularies) on
+each chip: each kernel at its own blocks (`lm_head.plan`), three kernels, no copy of the weight in the
+temporaries, and `cost_analysis()` carrying the three kernels' declared cost (`lm_head.cost`)."""
 
 from __future__ import annotations
 
@@ -13,8 +16,10 @@ import jax.numpy as jnp
 
 from ..case import Case, on_chips, spec
 from . import _models as m
+from ._pods import MiB, check_all
 
 TOKENS = 8192
+STEP_TOKENS, STEP_MODELS = 16384, (m.QWEN3_8B, m.LLAMA_3_8B)
 MODELS = (m.LLAMA_2_7B, m.LLAMA_3_8B, m.LLAMA_3_70B, m.LLAMA_3_405B, m.QWEN3_8B, m.QWEN3_32B, m.GPT_OSS_120B,
           m.GEMMA_3_1B, m.GEMMA_3_12B, m.GEMMA_3_27B)
 # The largest hidden size the kernels take in bf16 at the smallest blocks (128 x 128), per chip: what
@@ -26,10 +31,11 @@ BOUNDARY_VOCAB = 32000
 REFUSAL = "tokamax lm_head: a hidden size of"
 
 
-def step(kernel: Any, mesh: Any, hidden: int, vocab: int) -> tuple[Any, list[jax.ShapeDtypeStruct]]:
-    """d/d(x, w) of sum(lse - target logit) - 0.1 sum(entropy) over 8,192 tokens (a head without a bias)."""
-    specs = [spec(mesh, (TOKENS, hidden), jnp.bfloat16), spec(mesh, (vocab, hidden), jnp.bfloat16),
-             spec(mesh, (TOKENS,), jnp.int32)]
+def step(kernel: Any, mesh: Any, hidden: int, vocab: int, tokens: int = TOKENS
+         ) -> tuple[Any, list[jax.ShapeDtypeStruct]]:
+    """d/d(x, w) of sum(lse - target logit) - 0.1 sum(entropy) over `tokens` (a head without a bias)."""
+    specs = [spec(mesh, (tokens, hidden), jnp.bfloat16), spec(mesh, (vocab, hidden), jnp.bfloat16),
+             spec(mesh, (tokens,), jnp.int32)]
 
     def loss(x: Any, w: Any, targets: Any) -> Any:
         stats = kernel.lm_head.statistics(x, w, jnp.zeros((vocab,), jnp.float32), targets)
@@ -38,8 +44,39 @@ def step(kernel: Any, mesh: Any, hidden: int, vocab: int) -> tuple[Any, list[jax
     return jax.grad(loss, argnums=(0, 1)), specs
 
 
-def _build(hidden: int, vocab: int) -> Any:
-    return lambda kernel, mesh: step(kernel, mesh, hidden, vocab)
+def _build(hidden: int, vocab: int, tokens: int = TOKENS) -> Any:
+    return lambda kernel, mesh: step(kernel, mesh, hidden, vocab, tokens)
+
+
+_DECLARED: dict[tuple[str, int, int], int] = {}
+"""The kernels' declared flops per (chip, hidden, vocab), noted when a step case is built (it has the kernel)."""
+
+
+def _step_build(chip: str, hidden: int, vocab: int) -> Any:
+    def build(kernel: Any, mesh: Any) -> tuple[Any, list[jax.ShapeDtypeStruct]]:
+        _DECLARED[chip, hidden, vocab] = _declared_flops(kernel, chip, hidden, vocab)
+        return step(kernel, mesh, hidden, vocab, STEP_TOKENS)
+    return build
+
+
+def _declared_flops(kernel: Any, chip: str, hidden: int, vocab: int) -> int:
+    """The three kernels' flops as `lm_head.cost` counts them at the blocks `lm_head.plan` chooses on `chip`."""
+    lm_head = kernel.lm_head
+    with kernel.emulation.emulated_chip(chip):
+        on = lm_head.cost.chip()
+    plan = lm_head.plan.choose(STEP_TOKENS, hidden, vocab, 2, on)
+    return sum(c.flops for c in plan.costs(hidden, vocab, 2).values())
+
+
+def _step_check(chip: str, hidden: int, vocab: int) -> Any:
+    def check(outcome: Any) -> None:
+        # temporaries: per-row vectors and the padded bias, not a weight copy (vocab x hidden bf16: ~1.2 GB)
+        check_all(outcome, kernels=3, temp_below=64 * MiB)
+        declared = _DECLARED[chip, hidden, vocab]
+        # XLA's own ops around the kernels (the loss's sums, the cotangents) add elementwise flops only
+        assert declared <= outcome.cost["flops"] <= 1.001 * declared, \
+            f"{outcome.name}: cost_analysis flops {outcome.cost['flops']:.4g}, the kernels declare {declared:.4g}"
+    return check
 
 
 def cases() -> list[Case]:
@@ -48,6 +85,10 @@ def cases() -> list[Case]:
         out += on_chips(lambda chip, model=model: Case(
             f"lm_head/{model.name}/h{model.hidden}-v{model.vocab}/fwd+bwd", "lm_head", model.name, chip,
             _build(model.hidden, model.vocab), tier="all"))
+    for model in STEP_MODELS:
+        out += on_chips(lambda chip, model=model: Case(
+            f"lm_head/step-{STEP_TOKENS}/{model.name}/h{model.hidden}-v{model.vocab}/fwd+bwd", "lm_head", model.name,
+            chip, _step_build(chip, model.hidden, model.vocab), check=_step_check(chip, model.hidden, model.vocab)))
     for chip, hidden in LARGEST_HIDDEN.items():
         for h, expect in ((hidden, "compiles"), (hidden + 128, REFUSAL)):
             out.append(Case(f"lm_head/largest-hidden/h{h}-v{BOUNDARY_VOCAB}/fwd+bwd", "lm_head",

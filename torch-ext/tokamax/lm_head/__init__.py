@@ -6,17 +6,20 @@ their gradients.
 
 - `transform`: `LogitTransform`, the map from raw logits to the softmax's logits.
 - `blocks`: block sizes, what they hold in VMEM (libtpu's figures) and the VMEM limit they are compiled with.
-- `cost`: each kernel's cost from its grid and blocks (HBM bytes, flops, exp/log, the `pl.CostEstimate` it declares).
+- `plan`: each kernel's own blocks for a call, by the roofline of its cost on the chip.
+- `cost`: each kernel's cost from its grid and blocks (HBM bytes, flops, exp/log, the `pl.CostEstimate` it declares,
+  the roofline time on a chip).
 - `kernels`: the forward and the two backward Pallas kernels.
 - `stats`: `row_stats` / `row_stats_vjp` at any size (padding), `statistics` (differentiable).
 - `targets`: targets outside the vocabulary refused on the host, NaN rows elsewhere.
 """
 
-from . import cost
+from . import cost, plan
 from .blocks import Blocks
 from .kernels import OUTPUTS
+from .plan import Plan
 from .stats import RowStats, coefficients, row_stats, row_stats_vjp, statistics
 from .transform import IDENTITY, LogitTransform
 
-__all__ = ["IDENTITY", "OUTPUTS", "Blocks", "LogitTransform", "RowStats", "coefficients", "cost", "row_stats",
-           "row_stats_vjp", "statistics"]
+__all__ = ["IDENTITY", "OUTPUTS", "Blocks", "LogitTransform", "Plan", "RowStats", "coefficients", "cost", "plan",
+           "row_stats", "row_stats_vjp", "statistics"]

@@ -8,12 +8,9 @@ dw's G.T @ x, w in dx's G @ w) and a few [rows, vocab] float32 temporaries. `vme
 it was checked against libtpu's own figures ("Program vmem requirement", spill slots included) on
 v5e, v6e and v7x (tests/tpu_compile/ and tools/tpu_compile/cases/lm_head.py hold the boundary).
 
-The rows are padded to a multiple of `rows` (a copy of the hidden states), the vocabulary only to the
-lanes (128) and its block divides that, so the weight is never copied where the vocabulary is a
-multiple of 128 (every common one: 32000, 128256, 151936, 262144). `choose` prefers the largest
-blocks that fit half the chip's VMEM (room for the compiler's own buffers around the kernel), then
-any that fit the VMEM limit the kernels are compiled with (`vmem_limit`); a hidden size for which not
-even the smallest blocks fit that limit is refused before anything is allocated.
+Each kernel gets its own blocks for a call (`plan`), from `ROW_BLOCKS` x `VOCAB_BLOCKS`; the
+vocabulary's last block may run past the weight's rows (read in place, its extra columns masked), so a
+vocabulary block need not divide the vocabulary.
 """
 
 from __future__ import annotations
@@ -21,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 
 LANES = 128
-ROW_BLOCKS = (512, 256, 128)
-VOCAB_BLOCKS = (1024, 512, 256, 128)
+ROW_BLOCKS = (1024, 512, 256, 128)
+VOCAB_BLOCKS = (2048, 1024, 512, 256, 128)
 KERNELS = ("forward", "backward_x", "backward_w")
 TEMPORARIES = 2  # [rows, vocab] float32 spill slots (libtpu: ~1.2 of them at 512 x 1024, 1.3 at 128 x 512)
 RESERVE_PER_ROW = 2048  # the per-row vectors' windows and other small spills (libtpu: 1.1 MiB at 512 rows)
@@ -34,7 +31,7 @@ def round_up(n: int, multiple: int) -> int:
 
 
 def vmem_limit(vmem_capacity: int) -> int:
-    """The `vmem_limit_bytes` every LM-head kernel is compiled with, and the most `choose` lets one hold."""
+    """The `vmem_limit_bytes` every LM-head kernel is compiled with, and the most `plan` lets one hold."""
     return int(VMEM_LIMIT_FRACTION * vmem_capacity)
 
 
@@ -55,24 +52,3 @@ class Blocks:
             return held + 2 * v * h * s + 4 * v * h + r * h * s  # dw's block, its accumulator, x read whole
         raise ValueError(f"tokamax lm_head: no kernel {kernel!r}; one of {KERNELS}")
 
-    def vmem_bytes(self, hidden: int, itemsize: int) -> int:
-        """The most any of the three kernels holds in VMEM (a backward kernel's, with its accumulator)."""
-        return max(self.kernel_vmem_bytes(k, hidden, itemsize) for k in KERNELS)
-
-
-def choose(rows: int, hidden: int, vocab: int, itemsize: int, vmem_capacity: int) -> Blocks:
-    """The largest blocks that fit half of `vmem_capacity`, else the largest that fit `vmem_limit` (rows
-    never above the rows given, rounded to the lanes; a vocabulary block that divides the vocabulary
-    padded to the lanes)."""
-    padded_vocab = round_up(vocab, LANES)
-    row_cap = round_up(max(rows, 1), LANES)
-    candidates = [Blocks(r, v) for v in VOCAB_BLOCKS if padded_vocab % v == 0 for r in ROW_BLOCKS if r <= row_cap]
-    for budget in (vmem_capacity // 2, vmem_limit(vmem_capacity)):
-        for blocks in candidates:
-            if blocks.vmem_bytes(hidden, itemsize) <= budget:
-                return blocks
-    smallest = Blocks(LANES, LANES)
-    raise ValueError(f"tokamax lm_head: a hidden size of {hidden} needs {smallest.vmem_bytes(hidden, itemsize)} bytes "
-                     f"of VMEM at the smallest blocks ({LANES} rows x {LANES} vocabulary), over the "
-                     f"{vmem_limit(vmem_capacity)} the kernels may use of this chip's {vmem_capacity}; the kernels "
-                     f"hold the whole hidden size per block")

@@ -12,21 +12,55 @@ G @ w or G.T @ x in the backward. Transcendentals: one exp per logit (e^(z-m) in
 backward), one tanh more per logit under a soft cap, and in the forward one exp per row and
 vocabulary block (the running maximum's rescaling) and two logs per row at the end.
 
-Sizes are the padded ones the kernels run at: `rows` a multiple of `blocks.rows`, `vocab` of
-`blocks.vocab`.
+Sizes: `rows` the padded rows the kernels run at (a multiple of `blocks.rows`); `vocab` the weight's
+rows as stored. The vocabulary axis has ceil(vocab / blocks.vocab) steps; the last block may run past
+the weight (read in place, its extra columns masked): its DMA reads only the rows there are, while
+the MXU works the whole block, so flops count the padded grid and bytes the arrays as they are. The
+bias is padded to the grid (a [1, vocab] float32 copy, not the weight).
+
+`Chip` holds what a block choice is weighed by (peak bf16 flops, HBM bandwidth, MXU width, VMEM: libtpu's
+own `get_tpu_info()` figures); `KernelCost.seconds` is the roofline time on it: the larger of the MXU time
+(flops at the MXU's fill) and the HBM time, plus a fixed cost per grid step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 
 from .blocks import Blocks
 
 ROW_VECTORS = {"forward": 1, "backward_x": 6, "backward_w": 6}  # targets; + lse and the coefficients a, b, c, d
 OUTPUT_VECTORS = 6  # the forward's per-row statistics (kernels.OUTPUTS)
 F32 = 4
+STEP_SECONDS = 0.35e-6
+"""A Pallas TPU grid step's fixed cost (pipeline bookkeeping and DMA issue), the figure Pallas's TPU
+guide gives; it makes many small blocks cost what they do."""
+
+
+class Chip(NamedTuple):
+    """What a block choice is weighed by on one chip (libtpu's figures, per TensorCore)."""
+
+    name: str
+    peak_flops: float  # bf16 matmul flops per second
+    hbm_bandwidth: float  # bytes per second
+    mxu: int  # the MXU's width: 128 on v5e, 256 on v6e and v7x
+    vmem: int  # bytes
+
+    @property
+    def ridge(self) -> float:
+        """Flops per HBM byte above which a kernel can be MXU-bound."""
+        return self.peak_flops / self.hbm_bandwidth
+
+
+def chip() -> Chip:
+    """The figures of the chip being traced for."""
+    info = pltpu.get_tpu_info()
+    return Chip(str(info.chip_version.value), float(info.bf16_ops_per_second), float(info.mem_bw_bytes_per_second),
+                int(info.mxu_column_size), int(info.vmem_capacity_bytes))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,24 +92,29 @@ class KernelCost:
         tiles = sum(-(-m // mxu) * -(-n // mxu) * mxu * mxu for m, n, _ in self.matmuls)
         return used / tiles
 
+    def seconds(self, on: Chip) -> float:
+        """The roofline time on `on`: max(MXU time at this fill, HBM time) + a fixed cost per grid step."""
+        mxu = self.flops / (self.mxu_fill(on.mxu) * on.peak_flops)
+        return max(mxu, self.bytes_accessed / on.hbm_bandwidth) + self.grid[0] * self.grid[1] * STEP_SECONDS
+
     def estimate(self) -> pl.CostEstimate:
         return pl.CostEstimate(flops=self.flops, transcendentals=self.transcendentals,
                                bytes_accessed=self.bytes_accessed)
 
 
 def _check(rows: int, vocab: int, blocks: Blocks) -> tuple[int, int]:
-    if rows % blocks.rows or vocab % blocks.vocab:
-        raise ValueError(f"tokamax lm_head: {rows} rows and a vocabulary of {vocab} must be multiples of the "
-                         f"blocks ({blocks.rows} x {blocks.vocab})")
-    return rows // blocks.rows, vocab // blocks.vocab
+    """(row blocks, vocabulary blocks)."""
+    if rows % blocks.rows:
+        raise ValueError(f"tokamax lm_head: {rows} rows must be a multiple of the row block ({blocks.rows})")
+    return rows // blocks.rows, -(-vocab // blocks.vocab)
 
 
 def forward(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False
             ) -> KernelCost:
     nr, nv = _check(rows, vocab, blocks)
-    logits = rows * vocab
+    logits = rows * nv * blocks.vocab
     read = (rows * hidden * itemsize + ROW_VECTORS["forward"] * rows * 4  # x, targets: once
-            + nr * (vocab * hidden * itemsize + vocab * F32))  # w and the bias: once per row block
+            + nr * (vocab * hidden * itemsize + nv * blocks.vocab * F32))  # w and the bias: once per row block
     return KernelCost("forward", (nr, nv), 2 * logits * hidden, logits * (1 + soft_cap) + rows * nv + 2 * rows,
                       read, OUTPUT_VECTORS * rows * F32, ((blocks.rows, blocks.vocab, hidden),),
                       blocks.kernel_vmem_bytes("forward", hidden, itemsize))
@@ -84,9 +123,9 @@ def forward(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *
 def backward_x(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False
                ) -> KernelCost:
     nr, nv = _check(rows, vocab, blocks)
-    logits = rows * vocab
+    logits = rows * nv * blocks.vocab
     read = (rows * hidden * itemsize + ROW_VECTORS["backward_x"] * rows * 4  # x, the vectors: once
-            + nr * (vocab * hidden * itemsize + vocab * F32))  # w and the bias: once per row block
+            + nr * (vocab * hidden * itemsize + nv * blocks.vocab * F32))  # w and the bias: once per row block
     return KernelCost("backward_x", (nr, nv), 4 * logits * hidden, logits * (1 + soft_cap), read,
                       rows * hidden * itemsize,
                       ((blocks.rows, blocks.vocab, hidden), (blocks.rows, hidden, blocks.vocab)),
@@ -96,11 +135,11 @@ def backward_x(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks
 def backward_w(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False
                ) -> KernelCost:
     nr, nv = _check(rows, vocab, blocks)
-    logits = rows * vocab
-    read = (vocab * hidden * itemsize + vocab * F32  # w and the bias: once
+    logits = rows * nv * blocks.vocab
+    read = (vocab * hidden * itemsize + nv * blocks.vocab * F32  # w and the bias: once
             + nv * (rows * hidden * itemsize + ROW_VECTORS["backward_w"] * rows * 4))  # x, vectors: per vocab block
     return KernelCost("backward_w", (nv, nr), 4 * logits * hidden, logits * (1 + soft_cap), read,
-                      vocab * hidden * itemsize + vocab * F32,  # dw, db
+                      vocab * hidden * itemsize + vocab * F32,  # dw, db (as stored: the edge block's rows clipped)
                       ((blocks.rows, blocks.vocab, hidden), (blocks.vocab, hidden, blocks.rows)),
                       blocks.kernel_vmem_bytes("backward_w", hidden, itemsize))
 

@@ -19,9 +19,13 @@ logits never exist.
   (grid rows, vocabulary) and dw = G.T @ x, db = sum G (grid vocabulary, rows): each kernel
   recomputes the logits once. A row whose lse is +inf (a padded row) has p = 0 and G = 0.
 
-Shapes: x [rows, hidden] and w [vocab, hidden] (nn.Linear's layout) of one float dtype, b [1, vocab]
-float32, per-row vectors [rows]; rows a multiple of the row block and vocab of the vocabulary block
-(`stats` pads), `true_vocab` the columns that are real (the rest masked).
+Shapes: x [rows, hidden] and w [vocab, hidden] (nn.Linear's layout) of one float dtype, b [1, n]
+float32 with n at least the vocabulary grid's columns, per-row vectors [rows]; rows a multiple of the
+row block (`stats` pads), `true_vocab` the columns that are real. The vocabulary axis has
+ceil(vocab / block) steps: the last block runs past the weight's rows where the block does not divide
+the vocabulary, and what it reads there is undefined (NaN in interpret mode). Every statistic masks
+those columns with a select (never a product: 0 * NaN is NaN), G is 0 there, and dx's matmul reads
+the block's weight rows past the vocabulary as 0; dw's and db's rows there are never written.
 """
 
 from __future__ import annotations
@@ -64,13 +68,17 @@ def _columns(shape: tuple[int, int], block: int, j: jax.Array) -> jax.Array:
     return jax.lax.broadcasted_iota(jnp.int32, shape, 1) + j * block
 
 
+def _vocab_steps(w: jax.Array, blocks: Blocks, true_vocab: int) -> tuple[int, bool]:
+    """(vocabulary grid steps, whether any column of the grid is past `true_vocab`)."""
+    nv = -(-w.shape[0] // blocks.vocab)
+    return nv, true_vocab != nv * blocks.vocab
+
+
 def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, transform: LogitTransform,
             blocks: Blocks, true_vocab: int) -> tuple[jax.Array, ...]:
     """The six per-row outputs (`OUTPUTS`), float32 [rows] each."""
     rows, hidden = x.shape
-    vocab = w.shape[0]
-    nv = vocab // blocks.vocab
-    masked = true_vocab != vocab
+    nv, masked = _vocab_steps(w, blocks, true_vocab)
 
     def kernel(t_ref, x_ref, w_ref, b_ref, lse_ref, zt_ref, ent_ref, lsq_ref, sum_ref, top_ref,  # noqa: ANN001
                m_s, s_s, sd_s, sq_s, before_s) -> None:  # noqa: ANN001
@@ -87,14 +95,13 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tra
         col = _columns(z.shape, blocks.vocab, j)
         target = t_ref[...][:, None]
         valid = col < true_vocab
-        if masked:
-            z_max = jnp.where(valid, z, -jnp.inf)
-        else:
-            z_max = z
+        z_max = jnp.where(valid, z, -jnp.inf) if masked else z
         m_old, s_old = m_s[...], s_s[...]
         m_new = jnp.maximum(m_old, jnp.max(z_max, axis=1))
         alpha = jnp.exp(m_old - m_new)
-        shifted = z - m_new[:, None]  # finite in masked columns too (z is 0 there)
+        shifted = z - m_new[:, None]
+        if masked:  # undefined (NaN) past the vocabulary: 0 there, so that e * shifted is 0
+            shifted = jnp.where(valid, shifted, 0.0)
         e = jnp.exp(z_max - m_new[:, None])  # 0 in masked columns
         ed = e * shifted
         # S rebased from m_old to m_new: e^(m_old-m_new) (S + (m_old - m_new) s); nothing to carry before the
@@ -165,9 +172,9 @@ def backward_x(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
                true_vocab: int) -> jax.Array:
     """dx [rows, hidden] in x's dtype: G @ w, accumulated in float32 over the vocabulary blocks."""
     rows, hidden = x.shape
-    nv = w.shape[0] // blocks.vocab
+    nv, masked = _vocab_steps(w, blocks, true_vocab)
     grad = functools.partial(_gradient_block, transform=transform, block=blocks.vocab,
-                             true_vocab=None if true_vocab == w.shape[0] else true_vocab)
+                             true_vocab=true_vocab if masked else None)
 
     def kernel(t_ref, lse_ref, a_ref, b_ref_, c_ref, d_ref, x_ref, w_ref, bias_ref, dx_ref, acc):  # noqa: ANN001
         j = pl.program_id(1)
@@ -177,7 +184,10 @@ def backward_x(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
             acc[...] = jnp.zeros_like(acc)
 
         g = grad(x_ref, w_ref, bias_ref, t_ref, lse_ref, a_ref, b_ref_, c_ref, d_ref, j)
-        acc[...] += jax.lax.dot_general(g.astype(w_ref.dtype), w_ref[...], (((1,), (0,)), ((), ())),
+        w = w_ref[...]
+        if masked:  # the weight rows past the vocabulary are undefined: 0 there, so that G @ w stays finite
+            w = jnp.where(jax.lax.broadcasted_iota(jnp.int32, w.shape, 0) + j * blocks.vocab < true_vocab, w, 0)
+        acc[...] += jax.lax.dot_general(g.astype(w.dtype), w, (((1,), (0,)), ((), ())),
                                         preferred_element_type=jnp.float32)
 
         @pl.when(j == nv - 1)
@@ -205,8 +215,9 @@ def backward_w(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
     rows, hidden = x.shape
     vocab = w.shape[0]
     nr = rows // blocks.rows
+    nv, masked = _vocab_steps(w, blocks, true_vocab)
     grad = functools.partial(_gradient_block, transform=transform, block=blocks.vocab,
-                             true_vocab=None if true_vocab == w.shape[0] else true_vocab)
+                             true_vocab=true_vocab if masked else None)
 
     def kernel(t_ref, lse_ref, a_ref, b_ref_, c_ref, d_ref, x_ref, w_ref, bias_ref, dw_ref, db_ref,  # noqa: ANN001
                acc, bias_acc) -> None:  # noqa: ANN001
@@ -229,7 +240,7 @@ def backward_w(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
 
     return pl.pallas_call(
         kernel,
-        grid=(vocab // blocks.vocab, nr),
+        grid=(nv, nr),
         in_specs=_operand_specs(blocks, hidden, 6, rows_first=False),
         out_specs=[pl.BlockSpec((blocks.vocab, hidden), lambda j, i: (j, 0)),
                    pl.BlockSpec((1, blocks.vocab), lambda j, i: (0, j))],

@@ -13,10 +13,11 @@ z = transform(x @ w.T + b) and p = softmax(z):
 - A target outside [0, vocab) is refused where it can be read for free, else its row is NaN in
   every statistic and adds nothing to the gradients (`targets`).
 
-Padding: rows to the row block (zero rows, target 0, dropped after; in the backward their lse is
-+inf, so their p is exactly 0 whatever their logits transform(bias) are: 0 would make p = e^z, which
-overflows at a bias of 10 and a temperature of 0.1), the vocabulary to the lanes (zero weight rows,
-masked in the kernels); the weight is not copied when the vocabulary is a multiple of 128.
+Padding: rows to the forward's row block (`plan`; zero rows, target 0, dropped after; in the
+backward their lse is +inf, so their p is exactly 0 whatever their logits transform(bias) are: 0 would
+make p = e^z, which overflows at a bias of 10 and a temperature of 0.1), the bias (float32 [vocab]) to
+the widest vocabulary grid. The weight is never copied (the kernels read the vocabulary's last block in
+place and mask it), except a weight of fewer than 128 rows, padded to 128.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.experimental.pallas import tpu as pltpu
 
 from . import kernels
+from . import plan as plans
 from . import targets as target_checks
-from .blocks import LANES, Blocks, choose, round_up
+from .blocks import KERNELS, LANES, round_up
+from .cost import chip
 from .transform import IDENTITY, LogitTransform
 
 
@@ -50,10 +52,9 @@ class RowStats(NamedTuple):
         return self.lse - self.entropy
 
 
-def blocks_for(x: jax.Array, w: jax.Array) -> Blocks:
-    """The kernels' blocks for these operands on the chip being traced for."""
-    return choose(x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize,
-                  pltpu.get_tpu_info().vmem_capacity_bytes)
+def plan_for(x: jax.Array, w: jax.Array) -> plans.Plan:
+    """Each kernel's blocks for these operands on the chip being traced for."""
+    return plans.choose(x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip())
 
 
 def _check(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array) -> None:
@@ -69,31 +70,34 @@ def _check(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array) 
         raise ValueError(f"tokamax lm_head: the bias must be [vocab] ({w.shape[0]}), got {b.shape}")
 
 
-def _padded(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, blocks: Blocks
+def _padded(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, plan: plans.Plan
             ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     rows, vocab = x.shape[0], w.shape[0]
-    extra_rows, extra_vocab = round_up(rows, blocks.rows) - rows, round_up(vocab, LANES) - vocab
+    extra_rows = plan.rows - rows
+    grid_vocab = max(round_up(vocab, plan[k].vocab) for k in KERNELS)
     bias = jnp.zeros((vocab,), jnp.float32) if b is None else b.astype(jnp.float32)
-    return (jnp.pad(x, ((0, extra_rows), (0, 0))), jnp.pad(w, ((0, extra_vocab), (0, 0))),
-            jnp.pad(bias, (0, extra_vocab))[None], jnp.pad(targets.astype(jnp.int32), (0, extra_rows)))
+    if vocab < LANES:  # a weight narrower than one block: the only one copied
+        w = jnp.pad(w, ((0, LANES - vocab), (0, 0)))
+    return (jnp.pad(x, ((0, extra_rows), (0, 0))), w, jnp.pad(bias, (0, grid_vocab - vocab))[None],
+            jnp.pad(targets.astype(jnp.int32), (0, extra_rows)))
 
 
 def _row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
-               transform: LogitTransform) -> RowStats:
+               transform: LogitTransform, plan: plans.Plan | None = None) -> RowStats:
     """The kernels' statistics, the rows of out-of-range targets NaN."""
-    blocks = blocks_for(x, w)
-    xp, wp, bp, tp = _padded(x, w, b, targets, blocks)
-    out = kernels.forward(xp, wp, bp, tp, transform=transform, blocks=blocks, true_vocab=w.shape[0])
+    plan = plan or plan_for(x, w)
+    xp, wp, bp, tp = _padded(x, w, b, targets, plan)
+    out = kernels.forward(xp, wp, bp, tp, transform=transform, blocks=plan.forward, true_vocab=w.shape[0])
     return RowStats(*target_checks.nan_rows([o[:x.shape[0]] for o in out], targets, w.shape[0]))
 
 
 def row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
-              transform: LogitTransform = IDENTITY) -> RowStats:
+              transform: LogitTransform = IDENTITY, *, plan: plans.Plan | None = None) -> RowStats:
     """The statistics of every row; `targets` int [rows] in [0, vocab): others refused where they are on
-    the host, else their rows NaN (`targets`)."""
+    the host, else their rows NaN (`targets`). `plan`: the kernels' blocks (default: `plan.choose`'s)."""
     _check(x, w, b, targets)
     target_checks.refuse("lm_head", targets, w.shape[0])
-    return _row_stats(x, w, b, targets, transform)
+    return _row_stats(x, w, b, targets, transform, plan)
 
 
 def coefficients(stats: RowStats, d_lse: jax.Array, d_target: jax.Array, d_entropy: jax.Array, d_sum: jax.Array
@@ -107,27 +111,27 @@ def coefficients(stats: RowStats, d_lse: jax.Array, d_target: jax.Array, d_entro
 
 def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, lse: jax.Array,
                   entropy: jax.Array, d_lse: jax.Array, d_target: jax.Array, d_entropy: jax.Array,
-                  d_sum: jax.Array, transform: LogitTransform = IDENTITY, weight_grad: bool = True
-                  ) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+                  d_sum: jax.Array, transform: LogitTransform = IDENTITY, weight_grad: bool = True, *,
+                  plan: plans.Plan | None = None) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
     """(dx, dw in their dtypes, db float32 [vocab]) from the forward's lse and entropy and the
     cotangents (float32 [rows] each) of lse, target_logit, entropy and sum_logits. The rows of
     out-of-range targets (NaN in the forward) add nothing, whatever their cotangents. `weight_grad`
     False: (dx, None, None), the weight's kernel not run (a frozen head: LoRA's)."""
     _check(x, w, b, targets)
-    blocks = blocks_for(x, w)
+    plan = plan or plan_for(x, w)
     rows, vocab = x.shape[0], w.shape[0]
-    xp, wp, bp, tp = _padded(x, w, b, targets, blocks)
+    xp, wp, bp, tp = _padded(x, w, b, targets, plan)
     partial = RowStats(lse, None, entropy, None, None, None)
     coeffs = coefficients(partial, *(g.astype(jnp.float32) for g in (d_lse, d_target, d_entropy, d_sum)))
     extra = xp.shape[0] - rows
     # padded rows and those of out-of-range targets: lse +inf (p exactly 0, whatever their logits), 0 coefficients
     lse, coeffs = target_checks.dropped(lse.astype(jnp.float32), coeffs, targets, vocab)
     row_in = [jnp.pad(lse, (0, extra), constant_values=jnp.inf), *(jnp.pad(v, (0, extra)) for v in coeffs)]
-    options = dict(transform=transform, blocks=blocks, true_vocab=vocab)
-    dx = kernels.backward_x(xp, wp, bp, tp, *row_in, **options)
+    dx = kernels.backward_x(xp, wp, bp, tp, *row_in, transform=transform, blocks=plan.backward_x, true_vocab=vocab)
     if not weight_grad:
         return dx[:rows], None, None
-    dw, db = kernels.backward_w(xp, wp, bp, tp, *row_in, **options)
+    dw, db = kernels.backward_w(xp, wp, bp, tp, *row_in, transform=transform, blocks=plan.backward_w,
+                                true_vocab=vocab)
     return dx[:rows], dw[:vocab], db[0, :vocab]
 
 
