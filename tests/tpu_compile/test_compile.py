@@ -34,7 +34,8 @@ def test_case(case, kernel, record):
             "expect": case.expect})
     if case.expect == COMPILES:
         assert outcome.status == "compiled", f"{case.name}: {outcome.status}: {outcome.message[:2000]}"
-        assert outcome.hlo["tpu_custom_call"] > 0, f"{case.name}: compiled with no Pallas kernel in its HLO"
+        assert case.xla_only or outcome.hlo["tpu_custom_call"] > 0, \
+            f"{case.name}: compiled with no Pallas kernel in its HLO"
         if case.check is not None:
             case.check(outcome)
     elif case.expect.startswith(KNOWN_COMPILER_ERROR):  # a known gap: fails here until it is closed

@@ -170,11 +170,13 @@ def lm_head_cost_rows(costs: dict) -> list[tuple[str, str, str]]:
                 total = sum(k["seconds"] for k in kernels.values()) * 1e3
                 rows.append((f"LM head step cost model, {label}, {chip} (ridge {ridge:.0f} flops/B), {when} "
                              "per-kernel blocks: roofline ms", f"{total:.0f}", f"{size}; {detail}"))
-            liger = r["liger"]
-            rows.append((f"LM head step cost model, {label}, {chip}: Liger's 3-matmul scheme (logits per chunk in "
-                         "HBM): roofline ms", f"{liger['seconds'] * 1e3:.0f}",
-                         f"{liger['bytes'] / 1e9:.0f} GB moved, {liger['temp_bytes'] / 2**30:.1f} GiB temporaries "
-                         "(ours: under 2 MiB)"))
+            f = r["fused"]
+            picked = f"picked, chunks of {f['chunk']}" if f["chunk"] else \
+                f"not picked: {f['temp_bytes'] / 2**30:.1f} GiB at chunks of {f['at']}, over the HBM share " \
+                f"{f['hbm_share'] / 2**30:.1f} GiB, or slower"
+            rows.append((f"LM head step cost model, {label}, {chip}: the labels path's gradients from the forward, "
+                         "Liger's 3-matmul scheme: roofline ms", f"{f['seconds'] * 1e3:.0f}",
+                         f"{picked}; {f['bytes'] / 1e9:.0f} GB moved, {f['temp_bytes'] / 2**30:.1f} GiB temporaries"))
     return rows
 
 

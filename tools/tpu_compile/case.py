@@ -36,6 +36,7 @@ class Case:
     axes: tuple[str, ...] = ("x",)
     mesh_shape: tuple[int, ...] | None = None
     check: Callable[[Any], None] | None = None  # asserts on a compiled case's `compiler.Outcome`
+    xla_only: bool = False  # the call may compile to XLA's own ops alone (a scheme without a kernel; `check` says)
 
     @property
     def name(self) -> str:

@@ -1,9 +1,9 @@
 """Probe (JAX tier): the LM head's cost model (`tokamax.lm_head.cost`) for one training step's head at
 16,384 tokens, hidden 4096, bf16, Qwen's and Llama's vocabularies, on v5e, v6e and v7x: per kernel the
 blocks, HBM bytes, arithmetic intensity against the chip's ridge point, MXU fill and roofline time,
-before and after per-kernel blocks (issue 44) side by side; and, for the fused forward-backward
-question, the roofline of Liger's scheme (three matmuls: each chunk's logits kept in HBM, dW
-accumulated there in float32) at its chunk of `hidden` rows.
+before and after per-kernel blocks (issue 44) side by side; and the labels path's training loss
+(`lm_head.fused`): which scheme the chip gets, and the roofline of Liger's chunked one (three matmuls:
+each chunk's logits kept in HBM, dW accumulated there in float32).
 
 "Before" is the rule the kernels had until issue 44, kept here as the baseline: one block choice for
 all three kernels, a vocabulary block dividing the vocabulary padded to 128 (so the weight padded to
@@ -37,17 +37,13 @@ def before(lm_head, chip, vocab: int) -> tuple:  # noqa: ANN001
     raise AssertionError("no blocks fit")
 
 
-def liger(chip, vocab: int, chunk: int) -> dict:  # noqa: ANN001
-    """Liger's fused linear cross-entropy as XLA would run it, per chunk of rows: logits = x_c @ w.T (f32,
-    written and read once), G (bf16, written once, read by both matmuls), dx_c = G @ w, dW += G.T @ x_c in
-    float32 (read and written per chunk but the first)."""
-    chunks = -(-ROWS // chunk)
-    w, x_c = vocab * HIDDEN * ITEMSIZE, chunk * HIDDEN * ITEMSIZE
-    per_chunk = 2 * w + 2 * x_c + 2 * chunk * vocab * 4 + 3 * chunk * vocab * 2 + x_c
-    bytes_ = chunks * per_chunk + (2 * chunks - 1) * vocab * HIDDEN * 4
-    flops = 3 * 2 * ROWS * vocab * HIDDEN
-    return {"flops": flops, "bytes": bytes_, "seconds": max(flops / chip.peak_flops, bytes_ / chip.hbm_bandwidth),
-            "temp_bytes": chunk * vocab * (4 + 2) + vocab * HIDDEN * 4, "matmuls": 3}
+def fused(lm_head, chip, vocab: int) -> dict:  # noqa: ANN001
+    """The labels path's training loss (`lm_head.fused`): the chunk `choose` picks on the chip (None: the
+    kernels), and the chunked scheme's roofline at that chunk, or at the smallest if none is picked."""
+    chunk = lm_head.fused.choose(ROWS, HIDDEN, vocab, ITEMSIZE, chip)
+    c = lm_head.fused.cost(ROWS, HIDDEN, vocab, ITEMSIZE, chunk or lm_head.fused.CHUNKS[-1])
+    return {"chunk": chunk, "at": c.chunk, "flops": c.flops, "bytes": c.bytes_accessed, "seconds": c.seconds(chip),
+            "temp_bytes": c.temp_bytes, "hbm_share": chip.hbm // lm_head.fused.HBM_SHARE, "matmuls": 3}
 
 
 def row(plan, vocab: int, chip) -> dict:  # noqa: ANN001
@@ -71,7 +67,7 @@ def main() -> int:
             new = lm_head.plan.choose(ROWS, HIDDEN, vocab, ITEMSIZE, chip)
             out["vocabs"].setdefault(label, {})[chip_name] = {
                 "before": row(old, padded_vocab, chip), "after": row(new, vocab, chip),
-                "liger": liger(chip, vocab, HIDDEN)}
+                "fused": fused(lm_head, chip, vocab)}
     print(json.dumps(out))
     return 0
 

@@ -10,16 +10,18 @@ their gradients.
 - `cost`: each kernel's cost from its grid and blocks (HBM bytes, flops, exp/log, the `pl.CostEstimate` it declares,
   the roofline time on a chip).
 - `kernels`: the forward and the two backward Pallas kernels.
+- `fused`: a cross-entropy with its gradients computed in the forward (Liger's scheme where it fits and is
+  faster, else the kernels), for a loss that is the step's last op.
 - `stats`: `row_stats` / `row_stats_vjp` at any size (padding), `statistics` (differentiable).
 - `targets`: targets outside the vocabulary refused on the host, NaN rows elsewhere.
 """
 
-from . import cost, plan
+from . import cost, fused, plan
 from .blocks import Blocks
 from .kernels import OUTPUTS
 from .plan import Plan
 from .stats import RowStats, coefficients, row_stats, row_stats_vjp, statistics
 from .transform import IDENTITY, LogitTransform
 
-__all__ = ["IDENTITY", "OUTPUTS", "Blocks", "LogitTransform", "Plan", "RowStats", "coefficients", "cost", "plan",
-           "row_stats", "row_stats_vjp", "statistics"]
+__all__ = ["IDENTITY", "OUTPUTS", "Blocks", "LogitTransform", "Plan", "RowStats", "coefficients", "cost", "fused",
+           "plan", "row_stats", "row_stats_vjp", "statistics"]

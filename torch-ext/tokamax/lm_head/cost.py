@@ -18,7 +18,7 @@ the weight (read in place, its extra columns masked): its DMA reads only the row
 the MXU works the whole block, so flops count the padded grid and bytes the arrays as they are. The
 bias is padded to the grid (a [1, vocab] float32 copy, not the weight).
 
-`Chip` holds what a block choice is weighed by (peak bf16 flops, HBM bandwidth, MXU width, VMEM: libtpu's
+`Chip` holds what a block choice is weighed by (peak bf16 flops, HBM bandwidth, MXU width, VMEM, HBM: libtpu's
 own `get_tpu_info()` figures); `KernelCost.seconds` is the roofline time on it: the larger of the MXU time
 (flops at the MXU's fill) and the HBM time, plus a fixed cost per grid step.
 """
@@ -49,6 +49,7 @@ class Chip(NamedTuple):
     hbm_bandwidth: float  # bytes per second
     mxu: int  # the MXU's width: 128 on v5e, 256 on v6e and v7x
     vmem: int  # bytes
+    hbm: int = 0  # bytes
 
     @property
     def ridge(self) -> float:
@@ -60,7 +61,7 @@ def chip() -> Chip:
     """The figures of the chip being traced for."""
     info = pltpu.get_tpu_info()
     return Chip(str(info.chip_version.value), float(info.bf16_ops_per_second), float(info.mem_bw_bytes_per_second),
-                int(info.mxu_column_size), int(info.vmem_capacity_bytes))
+                int(info.mxu_column_size), int(info.vmem_capacity_bytes), int(info.hbm_capacity_bytes))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,11 @@ The head is computed in the dtype transformers' own head would compute in: autoc
 on (float32 weights under `Trainer(bf16=True)` run the bf16 kernels, the weight cast once per call),
 else the weight's.
 
+Training (a gradient wanted, the loss summed or averaged) computes the gradients in the forward
+(`torch_ops.lm_head_cross_entropy`, `tokamax.lm_head.fused`): Liger's three-matmul scheme where its
+temporaries fit the chip and it is faster than the kernels, else our kernels (with options) or
+upstream's (the plain cross-entropy); the backward only scales them.
+
 Rows are padded to `tokamax.splash.bucket` sizes (ignored positions, dropped after), as on TRL's
 path: with dynamic padding every batch has its own token count, and torch-tpu exports one program
 per distinct shape, so the buckets bound the exports of a training run.
@@ -119,6 +124,10 @@ def causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Ten
     padding = (splash.bucket(rows) if rows else 0) - rows
     x, targets = F.pad(x, (0, 0, 0, padding)), F.pad(targets, (0, padding), value=ignore_index)
     upstream = transform.identity and bias is None and options.plain
+    fused = _fused_chunk(x, weight, bias, options, replicated_on, upstream)
+    if fused is not None:
+        total = _fused_total(x, weight, bias, targets, transform, options, ignore_index, fused)
+        return _reduced(total, options, num_items_in_batch, targets, ignore_index)
     if replicated_on is not None:
         if not upstream:
             raise NotImplementedError("tokamax use_fused_loss: under tensor parallelism the loss is the plain "
@@ -139,12 +148,44 @@ def causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Ten
         total = losses.sum()
     if options.reduction == "none":
         return losses.reshape(shift_labels.shape)
+    if replicated_on is not None:
+        targets = targets.to_local()
+    return _reduced(total, options, num_items_in_batch, targets, ignore_index)
+
+
+def _reduced(total: torch.Tensor, options: LossOptions, num_items_in_batch: torch.Tensor | int | None,
+             targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """The summed loss as `options.reduction` and transformers reduce it."""
     if options.reduction == "sum":
         return total
     if num_items_in_batch is not None:
         if torch.is_tensor(num_items_in_batch):
             num_items_in_batch = num_items_in_batch.to(total.device)
         return total / num_items_in_batch
-    if replicated_on is not None:
-        targets = targets.to_local()
     return total / (targets != ignore_index).sum()
+
+
+def _fused_chunk(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, options: LossOptions,
+                 replicated_on: Any, upstream: bool) -> int | None:
+    """The chunk of the fused forward-backward (`torch_ops.lm_head_cross_entropy`; 0: our kernels), or None
+    for the loss-only paths: no gradient wanted (evaluation), a loss per position (`reduction="none"`),
+    a tensor-parallel head, or the plain cross-entropy of a head that needs its gradient where the chunked
+    scheme does not fit the chip or is slower (upstream's kernel: one matmul forward, three backward; a
+    frozen head takes our kernels: one forward, one for dx)."""
+    wanted = x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    if not torch.is_grad_enabled() or not wanted or options.reduction == "none" or replicated_on is not None:
+        return None
+    weight_grad = weight.requires_grad or (bias is not None and bias.requires_grad)
+    chunk = torch_ops.loss_chunk(x.shape[0], x.shape[1], weight.shape[0], x.dtype, weight_grad)
+    return None if upstream and not chunk and weight_grad else chunk
+
+
+def _fused_total(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+                 transform: LogitTransform, options: LossOptions, ignore_index: int, chunk: int) -> torch.Tensor:
+    """float32 [] the options' loss summed over the kept labels, its gradients from the forward; NaN where a
+    label is outside the vocabulary (refused on CPU tensors)."""
+    bad = out_of_range("use_fused_loss", targets, weight.shape[0], ignore_index)
+    valid = (targets != ignore_index) & ~bad
+    total = torch_ops.lm_head_cross_entropy(x, weight, bias, torch.where(valid, targets, 0), valid, transform,
+                                            z_loss=options.z_loss, smoothing=options.label_smoothing, chunk=chunk)
+    return torch.where(bad.any(), torch.full_like(total, float("nan")), total)

@@ -1,0 +1,105 @@
+"""`tokamax.lm_head.fused`: a cross-entropy whose gradients come out of the forward, by both schemes
+(Liger's chunked XLA one and our kernels in interpret mode), against float64 from the definitions:
+label smoothing, z-loss, a soft cap with a temperature, a bias, ignored rows, an odd vocabulary and
+odd rows (chunks that do not divide them), a frozen head; and which scheme the chips get at a real
+size (by the cost model: the chunked one where its temporaries fit an eighth of HBM and it is faster)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from .numerics import U
+from .test_kernels import _operands
+
+SCHEMES = {"chunked": 128, "kernels": None}
+
+
+def _reference(x, w, b, targets, m, transform, z_loss, eps):  # noqa: ANN001, ANN202
+    """(loss, dx, dw, db, |G|, the loss terms' magnitude) in float64 (the last two scale the float32 errors)."""
+    x64, w64 = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    raw = x64 @ w64.T + (0 if b is None else np.asarray(b, np.float64))
+    if transform.tanh:
+        z, dz = transform.post * np.tanh(transform.pre * raw), None
+        dz = transform.post * transform.pre * (1 - np.tanh(transform.pre * raw) ** 2)
+    else:
+        z, dz = transform.pre * transform.post * raw, transform.pre * transform.post
+    top = z.max(1, keepdims=True)
+    lse = np.log(np.exp(z - top).sum(1)) + top[:, 0]
+    vocab = w.shape[0]
+    rows = np.arange(len(targets))
+    t = np.where(m > 0, targets, 0)
+    loss_r = (1 - eps) * (lse - z[rows, t]) + eps * (lse - z.sum(1) / vocab) + z_loss * lse ** 2
+    loss = float(np.sum(np.where(m > 0, m * loss_r, 0.0)))
+    terms = float(np.sum(m * (np.abs(lse) + np.abs(z[rows, t]) + np.abs(z).sum(1) / vocab + z_loss * lse ** 2)))
+    p = np.exp(z - lse[:, None])
+    onehot = np.zeros_like(z)
+    onehot[rows, t] = 1
+    g = m[:, None] * ((1 + 2 * z_loss * lse)[:, None] * p - (1 - eps) * onehot - eps / vocab) * dz
+    return loss, g @ w64, g.T @ x64, g.sum(0), np.abs(g), terms
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+@pytest.mark.parametrize(("z_loss", "eps", "cap"), [(0.0, 0.0, None), (1e-3, 0.1, 3.0)])
+def test_loss_and_gradients_match_float64(kernel, emulation, scheme, z_loss, eps, cap):
+    lm_head = kernel.lm_head
+    rows, hidden, vocab = 300, 128, 1000  # 3 chunks of 128 over 300 rows; vocabulary off the lanes
+    x, w, b, targets = _operands(rows, hidden, vocab, seed=5)
+    m = (np.random.default_rng(6).random(rows) > 0.25).astype(np.float32)  # a quarter ignored
+    targets[m == 0] = -100  # never read where ignored
+    t = lm_head.LogitTransform.of(soft_cap=cap, temperature=0.7) if cap else lm_head.IDENTITY
+    with emulation.interpret_on_cpu("v6e"):
+        loss, dx, dw, db = jax.jit(lambda x, w, b: lm_head.fused.loss_and_grads(
+            x, w, b, targets, m, t, z_loss=z_loss, smoothing=eps, chunk=SCHEMES[scheme]))(x, w, b)
+    want, want_dx, want_dw, want_db, g_abs, terms = _reference(x, w, b, targets, m, t, z_loss, eps)
+    # float32 sums of n terms err by about sqrt(n) u of their magnitudes: each row's log-sum-exp and sum of
+    # logits over the vocabulary, the loss over the rows; the gradients over vocab (dx) or rows (dw, db)
+    assert abs(float(loss) - want) <= (np.sqrt(vocab) + np.sqrt(rows) + 8) * U * terms, (float(loss), want)
+    for name, got, expected, scale, n in (
+            ("dx", dx, want_dx, g_abs @ np.abs(np.asarray(w, np.float64)), vocab),
+            ("dw", dw, want_dw, g_abs.T @ np.abs(np.asarray(x, np.float64)), rows),
+            ("db", db, want_db, g_abs.sum(0), rows)):
+        got = np.asarray(got, np.float64)
+        bound = (np.sqrt(n) + 8) * U * scale + 1e-30
+        assert np.isfinite(got).all(), name
+        assert (np.abs(got - expected) <= bound).all(), (scheme, name, float((np.abs(got - expected) / bound).max()))
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_a_frozen_head_gets_dx_alone(kernel, emulation, scheme):
+    lm_head = kernel.lm_head
+    x, w, _, targets = _operands(200, 128, 384, seed=8)
+    m = np.ones(200, np.float32)
+    with emulation.interpret_on_cpu("v6e"):
+        loss, dx, dw, db = jax.jit(lambda x, w: lm_head.fused.loss_and_grads(
+            x, w, None, targets, m, lm_head.IDENTITY, weight_grad=False, chunk=SCHEMES[scheme]))(x, w)
+    want, want_dx, _, _, _, _ = _reference(x, w, None, targets, m, lm_head.IDENTITY, 0.0, 0.0)
+    assert dw is None and db is None
+    np.testing.assert_allclose(np.asarray(dx), want_dx, rtol=1e-4, atol=1e-5)
+    assert abs(float(loss) - want) <= 1e-5 * abs(want)
+
+
+@pytest.mark.kernels_ci
+def test_the_chunked_scheme_where_it_fits_and_is_faster(kernel, emulation):
+    """At 16,384 tokens, hidden 4096, bf16, Qwen3's vocabulary: v6e and v7x take the chunked scheme (three
+    matmuls, faster at the roofline, its temporaries within an eighth of HBM); v5e (16 GB) takes the kernels;
+    a weight-gradient accumulator past the share (hidden 16,384 on v6e) takes the kernels too."""
+    lm_head = kernel.lm_head
+    fused = lm_head.fused
+    chips = {}
+    for name in ("v5e", "v6e", "v7x"):
+        with emulation.emulated_chip(name):
+            chips[name] = lm_head.cost.chip()
+    picked = {name: fused.choose(16384, 4096, 151936, 2, on) for name, on in chips.items()}
+    assert picked["v5e"] is None and picked["v6e"] and picked["v7x"], picked
+    for name in ("v6e", "v7x"):
+        on = chips[name]
+        chunked = fused.cost(16384, 4096, 151936, 2, picked[name])
+        assert chunked.temp_bytes <= on.hbm // fused.HBM_SHARE
+        kernels = lm_head.plan.choose(16384, 4096, 151936, 2, on).costs(4096, 151936, 2)
+        assert chunked.seconds(on) < sum(c.seconds(on) for c in kernels.values())
+    assert fused.choose(16384, 16384, 151936, 2, chips["v6e"]) is None
+    with pytest.raises(ValueError, match=r"tokamax lm_head loss_and_grads: weights must be \[rows\]"):
+        fused.loss_and_grads(np.zeros((8, 128), np.float32), np.zeros((256, 128), np.float32), None,
+                             np.zeros(8, np.int32), np.zeros(7, np.float32), lm_head.IDENTITY)

@@ -1,0 +1,160 @@
+"""A cross-entropy that is the last op of a step, with its gradients computed in the forward: Liger's
+fused linear cross-entropy, on TPU.
+
+Where the loss is a weighted sum of per-token losses fixed in the forward (transformers' labels
+path: each kept token's cross-entropy, optionally label-smoothed and with z-loss, summed; the mean is
+a scalar division after), d(loss)/d(logits) is known as soon as a row's log-sum-exp is, so the
+forward can give dx, dW and db at once and the backward only scales them by the loss's cotangent.
+
+Two schemes, one result (`loss_and_grads`):
+- **chunked** (Liger's): per chunk of rows, the [chunk, vocab] float32 logits in HBM from one XLA
+  matmul, the gradient block G from them, dx = G @ w and dW += G.T @ x (float32, in HBM): three
+  vocabulary-sized matmuls per step, for chunk x vocab x 10 bytes and a float32 dW of temporaries.
+- **kernels**: our Pallas kernels (`kernels`): the statistics, then dx and dW with the loss's per-row
+  coefficients: five matmuls (the backward kernels recompute the logits), about 1 MiB of temporaries.
+
+`choose` takes the chunked scheme where its temporaries fit `HBM_SHARE` of the chip's HBM and its
+roofline (`cost`) beats the kernels' on the chip, else the kernels. Per token r with weight m_r (0 for
+an ignored token), label t, log-sum-exp L and logits z over vocab V:
+    loss_r = m_r [(1 - eps) (L - z_t) + eps (L - sum_j z_j / V) + zl L^2]
+    d loss_r / d z_j = m_r [(1 + 2 zl L) p_j - (1 - eps) [j = t] - eps / V]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from . import plan as plans
+from .blocks import round_up
+from .cost import Chip, chip
+from .stats import _check, row_stats, row_stats_vjp
+from .transform import LogitTransform
+
+CHUNKS = (4096, 2048, 1024)
+"""Chunk rows the chunked scheme takes: below 1024, re-reading and re-writing the float32 dW per chunk
+costs more HBM time than the two matmuls it serves."""
+HBM_SHARE = 8
+"""The chunked scheme's temporaries may take 1/HBM_SHARE of the chip's HBM (the rest is the model's)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkedCost:
+    """The chunked scheme's cost over a step (as `cost.KernelCost`'s roofline counts it)."""
+
+    chunk: int
+    flops: int
+    bytes_accessed: int
+    temp_bytes: int
+
+    def seconds(self, on: Chip) -> float:
+        return max(self.flops / on.peak_flops, self.bytes_accessed / on.hbm_bandwidth)
+
+
+def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_grad: bool = True) -> ChunkedCost:
+    """Per chunk: w read by both matmuls, x_c twice, the logits written and read in float32, G written
+    once and read by each matmul, dx_c written; dW's float32 accumulator read and written per chunk
+    (written only by the first). Three matmuls (two for a frozen head)."""
+    chunks = -(-rows // chunk)
+    matmuls = 3 if weight_grad else 2
+    w, x_c = vocab * hidden * itemsize, chunk * hidden * itemsize
+    per_chunk = (matmuls - 1) * w + matmuls * x_c + 2 * chunk * vocab * 4 + matmuls * chunk * vocab * itemsize
+    accumulator = vocab * hidden * 4 if weight_grad else 0
+    moved = chunks * per_chunk + (2 * chunks - 1) * accumulator
+    temps = chunk * vocab * (4 + 4 + itemsize) + accumulator
+    return ChunkedCost(chunk, matmuls * 2 * chunks * chunk * vocab * hidden, moved, temps)
+
+
+def choose(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True) -> int | None:
+    """The chunk of the chunked scheme, or None where the kernels are faster or the chunks do not fit."""
+    plan = plans.choose(rows, hidden, vocab, itemsize, chip)
+    costs = plan.costs(hidden, vocab, itemsize)
+    kernels = sum(c.seconds(chip) for name, c in costs.items() if weight_grad or name != "backward_w")
+    fitting = [cost(rows, hidden, vocab, itemsize, c, weight_grad) for c in CHUNKS if c <= round_up(rows, CHUNKS[-1])]
+    fitting = [c for c in fitting if c.temp_bytes <= chip.hbm // HBM_SHARE]
+    if not fitting:
+        return None
+    best = min(fitting, key=lambda c: c.seconds(chip))
+    return best.chunk if best.seconds(chip) < kernels else None
+
+
+def _weighted(m: jax.Array, lse: jax.Array, zt: jax.Array, sum_z: jax.Array, vocab: int, z_loss: float,
+              smoothing: float) -> jax.Array:
+    loss = (1.0 - smoothing) * (lse - zt) + smoothing * (lse - sum_z / vocab) + z_loss * lse * lse
+    return jnp.where(m > 0, m * loss, 0.0)
+
+
+def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
+             z_loss: float, smoothing: float, chunk: int, weight_grad: bool
+             ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+    rows, vocab = x.shape[0], w.shape[0]
+    extra = round_up(rows, chunk) - rows
+    xs = jnp.pad(x, ((0, extra), (0, 0))).reshape(-1, chunk, x.shape[1])
+    ts = jnp.pad(targets, (0, extra)).reshape(-1, chunk)
+    ms = jnp.pad(m, (0, extra)).reshape(-1, chunk)
+
+    def step(carry, inputs):  # noqa: ANN001, ANN202
+        x_c, t_c, m_c = inputs
+        raw = jax.lax.dot_general(x_c, w, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) + b
+        z, dz = transform(raw)
+        top = jnp.max(z, axis=1, keepdims=True)
+        lse = top[:, 0] + jnp.log(jnp.sum(jnp.exp(z - top), axis=1))
+        onehot = jnp.arange(vocab)[None] == t_c[:, None]
+        zt = jnp.sum(jnp.where(onehot, z, 0.0), axis=1)
+        loss = jnp.sum(_weighted(m_c, lse, zt, jnp.sum(z, axis=1), vocab, z_loss, smoothing))
+        p = jnp.exp(z - lse[:, None])
+        g = m_c[:, None] * ((1.0 + 2.0 * z_loss * lse)[:, None] * p - (1.0 - smoothing) * onehot - smoothing / vocab)
+        g = jnp.where(m_c[:, None] > 0, g * dz, 0.0)
+        g_low = g.astype(x.dtype)
+        dx_c = jax.lax.dot_general(g_low, w, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        if weight_grad:
+            dw, db = carry
+            dw = dw + jax.lax.dot_general(g_low, x_c, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+            carry = (dw, db + jnp.sum(g, axis=0))
+        return carry, (loss, dx_c.astype(x.dtype))
+
+    init = (jnp.zeros(w.shape, jnp.float32), jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
+    carry, (losses, dx) = jax.lax.scan(step, init, (xs, ts, ms))
+    dx = dx.reshape(-1, x.shape[1])[:rows]
+    if not weight_grad:
+        return jnp.sum(losses), dx, None, None
+    dw, db = carry
+    return jnp.sum(losses), dx, dw.astype(w.dtype), db
+
+
+def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
+             z_loss: float, smoothing: float, weight_grad: bool
+             ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+    vocab = w.shape[0]
+    stats = row_stats(x, w, b, targets, transform)
+    loss = jnp.sum(_weighted(m, stats.lse, stats.target_logit, stats.sum_logits, vocab, z_loss, smoothing))
+    kept = m > 0
+    d_lse = jnp.where(kept, m * (1.0 + 2.0 * z_loss * stats.lse), 0.0)
+    d_target = jnp.where(kept, -m * (1.0 - smoothing), 0.0)
+    d_sum = jnp.where(kept, -m * smoothing / vocab, 0.0)
+    dx, dw, db = row_stats_vjp(x, w, b, targets, stats.lse, stats.entropy, d_lse, d_target, jnp.zeros_like(d_lse),
+                               d_sum, transform, weight_grad=weight_grad)
+    return loss, dx, dw, db
+
+
+def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,
+                   transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0, weight_grad: bool = True,
+                   chunk: int | None | str = "auto"
+                   ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+    """(sum_r weights_r loss_r float32 [], dx in x's dtype, dW in w's dtype, db float32 [vocab]; dW and db None
+    where `weight_grad` is False). `targets` int [rows] in [0, vocab) where `weights` > 0 (others are not
+    read); `chunk`: "auto" (`choose` on the chip being traced for), None (the kernels) or the chunk rows."""
+    _check(x, w, b, targets)
+    if weights.shape != targets.shape:
+        raise ValueError(f"tokamax lm_head loss_and_grads: weights must be [rows] ({targets.shape[0]}), got "
+                         f"{weights.shape}")
+    if chunk == "auto":
+        chunk = choose(x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip(), weight_grad)
+    m = weights.astype(jnp.float32)
+    t = jnp.where(m > 0, targets, 0).astype(jnp.int32)
+    if chunk is None:
+        return _kernels(x, w, b, t, m, transform, z_loss, smoothing, weight_grad)
+    bias = jnp.zeros((w.shape[0],), jnp.float32) if b is None else b.astype(jnp.float32)
+    return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad)

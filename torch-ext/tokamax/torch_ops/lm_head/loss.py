@@ -1,0 +1,115 @@
+"""`lm_head_cross_entropy`: a summed cross-entropy of an LM head whose gradients come out of the
+forward (`tokamax.lm_head.fused`), for a loss that is the step's last op (transformers' labels path).
+
+The custom ops return the loss with dx, dW and db (`lm_head_loss_grads`) or dx alone for a head that
+needs no gradient (`lm_head_loss_grad_x`); their autograd only scales those by the loss's cotangent,
+so the backward runs no kernel. `chunk` (static: one export per value) picks the scheme:
+the chunked one at that many rows, or 0 for our kernels; `loss_chunk` gives what
+`lm_head.fused.choose` picks for the chip the ops are traced for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import torch
+
+from ... import lm_head
+from .._bridge import chip_for_tracing, register
+
+__all__ = ["lm_head_cross_entropy", "lm_head_loss_grad_x_op", "lm_head_loss_grads_op", "loss_chunk"]
+
+OP = "lm_head_cross_entropy"
+
+
+def _call(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array, pre: float,
+          tanh: bool, post: float, z_loss: float, smoothing: float, chunk: int, weight_grad: bool) -> tuple:
+    loss, dx, dw, db = lm_head.fused.loss_and_grads(
+        x, w, b, targets, weights, lm_head.LogitTransform(pre, tanh, post), z_loss=z_loss, smoothing=smoothing,
+        weight_grad=weight_grad, chunk=chunk or None)
+    return loss.reshape(1), dx, dw, db
+
+
+@chip_for_tracing()
+def _loss_grads_jax(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,
+                    pre: float, tanh: bool, post: float, z_loss: float, smoothing: float, chunk: int
+                    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    return _call(x, w, b, targets, weights, pre, tanh, post, z_loss, smoothing, chunk, True)
+
+
+@chip_for_tracing()
+def _loss_grad_x_jax(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,
+                     pre: float, tanh: bool, post: float, z_loss: float, smoothing: float, chunk: int
+                     ) -> tuple[jax.Array, jax.Array]:
+    return _call(x, w, b, targets, weights, pre, tanh, post, z_loss, smoothing, chunk, False)[:2]
+
+
+lm_head_loss_grads_op = register("lm_head_loss_grads", _loss_grads_jax)
+lm_head_loss_grad_x_op = register("lm_head_loss_grad_x", _loss_grad_x_jax)
+
+
+@lm_head_loss_grads_op.register_fake
+def _grads_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, targets: torch.Tensor,
+                weights: torch.Tensor, pre: float, tanh: bool, post: float, z_loss: float, smoothing: float, chunk: int
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (x.new_empty((1,), dtype=torch.float32), torch.empty_like(x), torch.empty_like(w),
+            w.new_empty((w.shape[0],), dtype=torch.float32))
+
+
+@lm_head_loss_grad_x_op.register_fake
+def _grad_x_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, targets: torch.Tensor,
+                 weights: torch.Tensor, pre: float, tanh: bool, post: float, z_loss: float, smoothing: float, chunk: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    return x.new_empty((1,), dtype=torch.float32), torch.empty_like(x)
+
+
+def _setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    ctx.save_for_backward(*output[1:])
+    ctx.bias_dtype = None if inputs[2] is None else inputs[2].dtype
+    ctx.mark_non_differentiable(*output[1:])
+
+
+def _scaled(ctx: Any, d_loss: torch.Tensor | None) -> list[torch.Tensor | None]:
+    saved = list(ctx.saved_tensors)
+    if d_loss is None:
+        return [None] * len(saved)
+    scale = d_loss.to(torch.float32).reshape(())
+    return [(g.to(torch.float32) * scale).to(g.dtype) for g in saved]
+
+
+def _grads_backward(ctx: Any, d_loss: torch.Tensor | None, *_: Any) -> tuple:
+    dx, dw, db = _scaled(ctx, d_loss)
+    db = None if ctx.bias_dtype is None or db is None else db.to(ctx.bias_dtype)
+    return dx, dw, db, *(None,) * 8
+
+
+def _grad_x_backward(ctx: Any, d_loss: torch.Tensor | None, *_: Any) -> tuple:
+    return _scaled(ctx, d_loss)[0], *(None,) * 10
+
+
+lm_head_loss_grads_op.register_autograd(_grads_backward, setup_context=_setup)
+lm_head_loss_grad_x_op.register_autograd(_grad_x_backward, setup_context=_setup)
+
+
+@chip_for_tracing()
+def loss_chunk(rows: int, hidden: int, vocab: int, dtype: torch.dtype, weight_grad: bool) -> int:
+    """The chunked scheme's rows on the chip the ops are traced for (`lm_head.fused.choose`), 0 for the kernels."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return lm_head.fused.choose(rows, hidden, vocab, itemsize, lm_head.cost.chip(), weight_grad) or 0
+
+
+def lm_head_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+                          weights: torch.Tensor, transform: lm_head.LogitTransform, *, z_loss: float = 0.0,
+                          smoothing: float = 0.0, chunk: int | None = None) -> torch.Tensor:
+    """float32 [] sum_r weights_r loss_r (`lm_head.fused`), differentiable in x, weight and bias, its gradients
+    computed in the forward. x [rows, hidden] and weight [vocab, hidden] of one dtype; targets int [rows] in
+    [0, vocab) where weights > 0 (not read elsewhere); `chunk`: `loss_chunk`'s (None: ask it)."""
+    weight_grad = weight.requires_grad or (bias is not None and bias.requires_grad)
+    if chunk is None:
+        chunk = loss_chunk(x.shape[0], x.shape[1], weight.shape[0], x.dtype, weight_grad)
+    args = (x.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(),
+            targets.to(torch.int32).contiguous(), weights.to(torch.float32).contiguous(), transform.pre,
+            transform.tanh, transform.post, float(z_loss), float(smoothing), int(chunk))
+    out = lm_head_loss_grads_op(*args) if weight_grad else lm_head_loss_grad_x_op(*args)
+    return out[0].reshape(())
