@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +22,7 @@ from . import kernels
 from .blocks import Blocks, choose
 from .kernels import Setting
 
-DTYPES = (jnp.bfloat16, jnp.float32)
+DTYPES = ("bfloat16", "float32")
 
 
 class Forward(NamedTuple):
@@ -55,6 +55,11 @@ def setting(beta: float, temperature: float = 1.0, student_scale: float = 1.0, s
     return Setting(float(beta), transform(student_scale, student_soft_cap), transform(teacher_scale, teacher_soft_cap))
 
 
+def _dtype(a: Any) -> str:
+    """A JAX or Torch array's dtype by name ("bfloat16"): `check` serves the Torch op too."""
+    return str(a.dtype).removeprefix("torch.")
+
+
 def check(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array,
           bt: jax.Array | None) -> None:
     """Refuses operands the kernels cannot take, naming the argument."""
@@ -65,9 +70,9 @@ def check(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt:
         if x.shape[1] != w.shape[1]:
             raise ValueError(f"tokamax distill: the {model}'s hidden size is {x.shape[1]} in its hidden states but "
                              f"{w.shape[1]} in its weight")
-        if x.dtype != w.dtype or x.dtype not in DTYPES:
+        if _dtype(x) != _dtype(w) or _dtype(x) not in DTYPES:
             raise TypeError(f"tokamax distill: the {model}'s hidden states and weight must share a dtype, bfloat16 "
-                            f"or float32; got {x.dtype} and {w.dtype}")
+                            f"or float32; got {_dtype(x)} and {_dtype(w)}")
         if b is not None and b.shape != (w.shape[0],):
             raise ValueError(f"tokamax distill: the {model}'s bias must be [vocab] ({w.shape[0]}), got {b.shape}")
     if ws.shape[0] != wt.shape[0]:
