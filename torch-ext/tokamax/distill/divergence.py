@@ -40,10 +40,10 @@ def setting(beta: float, temperature: float = 1.0, student_scale: float = 1.0, s
     """The kernels' static setting from TRL's arguments, refusing what TRL's function would not compute."""
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0.0 <= beta <= 1.0:
         raise ValueError(f"tokamax distill: beta must be a number in [0, 1], got {beta!r}")
-    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
+    if not isinstance(temperature, (int, float)) or not 0 < temperature < math.inf:  # NaN too; dynamo-traceable
         raise ValueError(f"tokamax distill: temperature must be > 0, got {temperature!r}")
     for name, value in (("student_scale", student_scale), ("teacher_scale", teacher_scale)):
-        if not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not isinstance(value, (int, float)) or not -math.inf < value < math.inf:
             raise ValueError(f"tokamax distill: {name} must be a finite number, got {value!r}")
     for name, value in (("student_soft_cap", student_soft_cap), ("teacher_soft_cap", teacher_soft_cap)):
         if value is not None and (not isinstance(value, (int, float)) or not value > 0):
