@@ -166,6 +166,12 @@ def compiled_rows(compiled: dict) -> list[tuple[str, str, str]]:
         rows.append((f"LM head step compiled for {r['chip']}, {r['model']} (hidden {r['hidden']}, "
                      f"vocab {r['vocab']:,}, {r['tokens']:,} tokens, bf16): {r['head']}", f"temp {gib(m['temp'])}",
                      f"arguments {gib(m['argument'])}, outputs {gib(m['output'])}; compiled in {r['seconds']:.0f} s"))
+    for r in compiled.get("distill_step", []):
+        m = r["memory"]
+        rows.append((f"DistillationTrainer divergence step compiled for {r['chip']} (student hidden "
+                     f"{r['student_hidden']}, teacher {r['teacher_hidden']}, vocab {r['vocab']:,}, {r['tokens']:,} "
+                     f"tokens, bf16, JSD): {r['head']}", f"temp {gib(m['temp'])}",
+                     f"arguments {gib(m['argument'])}, outputs {gib(m['output'])}; compiled in {r['seconds']:.0f} s"))
     for r in compiled["cases"]:
         m = r["memory"]
         rows.append((f"compiled {r['name']} ({r['model']})", f"temp {gib(m['temp'])}" if m else r["status"],
