@@ -132,3 +132,28 @@ def test_a_call_the_kernel_cannot_serve_runs_trls_function_and_says_why_once(tok
     want = trainer_module._chunked_divergence_loss.__wrapped__(hidden_s.half(), hidden_t, student.weight, teacher,
                                                                mask, 0.5)[0]
     torch.testing.assert_close(half, want)
+
+
+def test_names_bound_at_the_students_first_forward_after_trl_is_imported(tokamax, monkeypatch):
+    """`use_fused_loss(student)` before TRL's trainer module is imported: a forward pre-hook binds TRL's two
+    names at the student's next forward once it is, then removes itself."""
+    import sys
+
+    import trl.trainer.distillation_trainer as trainer_module
+
+    distill = importlib.import_module(f"{tokamax.__name__}.integrations.trl.distill")
+    original = trainer_module.ChunkedDivergenceFunction
+    original = getattr(original, "original", original)
+    loss = trainer_module._chunked_divergence_loss
+    monkeypatch.setattr(trainer_module, "ChunkedDivergenceFunction", original)
+    monkeypatch.setattr(trainer_module, "_chunked_divergence_loss", getattr(loss, "_tokamax_original", loss))
+    monkeypatch.delitem(sys.modules, distill.MODULE)
+    net = trainers.model("sdpa")
+    tokamax.use_fused_loss(net)
+    assert trainer_module.ChunkedDivergenceFunction is original  # nothing to bind yet
+    hooks = len(net._forward_pre_hooks)
+    monkeypatch.setitem(sys.modules, distill.MODULE, trainer_module)
+    net(input_ids=torch.tensor([[3, 4, 5]]))
+    assert isinstance(trainer_module.ChunkedDivergenceFunction, distill.Dispatcher)
+    assert hasattr(trainer_module._chunked_divergence_loss, "_tokamax_original")
+    assert len(net._forward_pre_hooks) == hooks - 1

@@ -14,9 +14,9 @@ reduction by `num_items_in_batch` (gradient accumulation) or the valid tokens. T
 any teacher with the student's vocabulary is served with it. A TRL whose function or loss has another
 signature is left alone, with a warning.
 
-`serve` also puts a forward pre-hook on the model that calls `install()`, so the names are bound even
-when `trl.trainer.distillation_trainer` is imported after `use_fused_loss` (the student generates its
-completions before the first loss).
+Where `trl.trainer.distillation_trainer` is not imported yet, `serve` puts a forward pre-hook on the model
+that binds the names at its first forward after that import (the student generates its completions before
+the first loss) and then removes itself.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ serving: contextvars.ContextVar[bool] = contextvars.ContextVar("tokamax_trl_dist
 calls = {"kernel": 0, "trl": 0}
 """How many divergence calls each side served (read by tests and the benchmark probe)."""
 _warned: set[str] = set()
-_HOOKED = "_tokamax_trl_distill"
 
 
 def _warn_once(message: str) -> None:
@@ -120,7 +119,14 @@ def install() -> bool:
 
 
 def _install_hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-    install()
+    """Binds the names at a forward of the student; once bound, the hook removes itself. Nothing while
+    torch.compile traces the model (transformers compiles decode steps): a later eager call binds them."""
+    if torch.compiler.is_compiling():
+        return
+    if install():
+        for key in [k for k, hook in module._forward_pre_hooks.items() if hook is _install_hook]:
+            del module._forward_pre_hooks[key]
+            module._forward_pre_hooks_with_kwargs.pop(key, None)
 
 
 def serve(model: torch.nn.Module) -> None:
@@ -130,7 +136,5 @@ def serve(model: torch.nn.Module) -> None:
     if head is None or not isinstance(getattr(head, "weight", None), torch.Tensor):
         return
     heads.add(head)
-    install()
-    if not getattr(model, _HOOKED, False):
+    if not install() and _install_hook not in model._forward_pre_hooks.values():
         model.register_forward_pre_hook(_install_hook, with_kwargs=True)
-        setattr(model, _HOOKED, True)
