@@ -64,7 +64,8 @@ def test_each_kernel_declares_the_models_estimate(kernel, emulation, beta):
         from jax.experimental.pallas import tpu as pltpu
 
         sizes = distill.blocks.Sizes(rows, hs, ht, vocab)
-        blocks = distill.blocks.choose(sizes, pltpu.get_tpu_info().vmem_capacity_bytes)
+        blocks = {k: distill.blocks.choose(sizes, pltpu.get_tpu_info().vmem_capacity_bytes, k)
+                  for k in distill.blocks.KERNELS}
     declared = _declared(module)
     models = distill.cost.costs(sizes, blocks, beta=beta, soft_caps=1)
     want = [(m.flops, m.transcendentals, m.bytes_accessed) for m in models.values()]

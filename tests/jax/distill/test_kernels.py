@@ -174,8 +174,10 @@ def test_lowers_for_each_chip_without_logits_or_copies(kernel, emulation, chip):
         from jax.experimental.pallas import tpu as pltpu
 
         sizes = distill.blocks.Sizes(rows, REAL["hidden_s"], REAL["hidden_t"], vocab)
-        blocks = distill.blocks.choose(sizes, pltpu.get_tpu_info().vmem_capacity_bytes)
-    assert blocks.vocab >= 512, blocks
+        chosen = {k: distill.blocks.choose(sizes, pltpu.get_tpu_info().vmem_capacity_bytes, k)
+                  for k in distill.blocks.KERNELS}
+    assert all(b.vocab >= 512 for b in chosen.values()), chosen
+    assert chosen["forward"].rows >= chosen["backward_w"].rows, chosen  # the weights re-read per row block
 
 
 @pytest.mark.kernels_ci
@@ -184,8 +186,14 @@ def test_blocks_fit_half_the_vmem_and_too_large_hidden_sizes_are_refused(kernel)
     for capacity in (64 << 20, 128 << 20):
         for hs, ht, vocab in ((2048, 4096, 151936), (4096, 8192, 128256), (1024, 2048, 262144), (64, 96, 1000)):
             sizes = blocks.Sizes(16384, hs, ht, vocab)
+            # vocabulary blocks >= 512 here: within half the VMEM where any such fits (all but hidden sizes of 4096
+            # and 8192 on 64 MiB), else within the kernels' limit
+            budget = capacity // 2 if hs + ht <= 6144 or capacity > 64 << 20 else blocks.vmem_limit(capacity)
             chosen = blocks.choose(sizes, capacity)
-            assert chosen.vmem_bytes(sizes) <= capacity // 2 and chosen.vocab <= -(-vocab // 128) * 128
+            assert chosen.vmem_bytes(sizes) <= budget and 512 <= chosen.vocab <= -(-vocab // 128) * 128
+            for name in blocks.KERNELS:  # each kernel's own
+                own = blocks.choose(sizes, capacity, name)
+                assert own.kernel_vmem_bytes(name, sizes) <= budget and own.vocab >= 512, (name, own)
     assert blocks.choose(blocks.Sizes(37, 64, 96, 1000), 128 << 20) == blocks.Blocks(128, 1024)
     with pytest.raises(ValueError, match=r"^tokamax distill: hidden sizes of 65536 \(student\) and 131072 \(teacher\) "
                                          r"need \d+ bytes of VMEM at the smallest blocks"):

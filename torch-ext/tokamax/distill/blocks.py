@@ -10,10 +10,12 @@ figures, `lm_head.blocks`, with the teacher's blocks added).
 
 The vocabulary is never padded: its last block overhangs the weight and its columns are masked, so
 neither model's weight is copied whatever the vocabulary (151,936 = 1187 x 128 takes blocks of 1024:
-148 full ones and one of 384 columns). Rows overhang their last block the same way. `choose` prefers
-the widest vocabulary block, then the most rows, that fit half the chip's VMEM, then any within the
-VMEM limit the kernels are compiled with (`lm_head.blocks.vmem_limit`); sizes for which not even the
-smallest blocks fit are refused before anything is allocated.
+148 full ones and one of 384 columns). Rows overhang their last block the same way. Each kernel has
+blocks of its own: the forward and dx re-read both weights once per row block, so `choose` gives them
+the most rows (with vocabulary blocks of 512 or more) that fit half the chip's VMEM; dw re-reads the
+hidden states once per vocabulary block, so it gets the widest vocabulary block first; then any within
+the VMEM limit the kernels are compiled with (`lm_head.blocks.vmem_limit`). Sizes for which not even
+the smallest blocks fit are refused before anything is allocated.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ VOCAB_BLOCKS = (2048, 1024, 512, 256, 128)
 KERNELS = ("forward", "backward_x", "backward_w")
 TEMPORARIES = 5  # [rows, vocab] float32: both models' logits, their exponentials, one product
 RESERVE_PER_ROW = 4096  # the per-row vectors' windows and scratch (twice the LM head's: two models)
+WIDE_VOCAB = 512  # the narrowest vocabulary block the row-major kernels prefer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,17 +71,40 @@ class Blocks:
         return -(-sizes.rows // self.rows), -(-sizes.vocab // self.vocab)
 
 
-def choose(sizes: Sizes, vmem_capacity: int) -> Blocks:
-    """The widest vocabulary block, then the most rows, that fit half of `vmem_capacity`, else within
-    `vmem_limit` (rows never above the rows given rounded to the lanes, nor the vocabulary block above
-    the vocabulary rounded to them)."""
+ROW_MAJOR = ("forward", "backward_x")  # the weights re-read once per row block: the most rows first
+
+
+def _candidates(sizes: Sizes, kernel: str | None) -> list[list[Blocks]]:
+    """The blocks in the order `choose` tries them, in two groups: vocabulary blocks of at least 512 (or
+    the vocabulary's own width, if narrower), then the narrower ones. Within a group, for the forward and
+    dx (whose grid re-reads both weights once per row block) the most rows first; for dw (which re-reads
+    the hidden states once per vocabulary block) and all three at once, the widest vocabulary block first."""
     row_cap, vocab_cap = round_up(max(sizes.rows, 1), LANES), round_up(max(sizes.vocab, 1), LANES)
-    candidates = [Blocks(r, v) for v in VOCAB_BLOCKS if v <= vocab_cap for r in ROW_BLOCKS if r <= row_cap]
-    for budget in (vmem_capacity // 2, vmem_limit(vmem_capacity)):
-        for blocks in candidates:
-            if blocks.vmem_bytes(sizes) <= budget:
-                return blocks
+    rows = [r for r in ROW_BLOCKS if r <= row_cap] or [LANES]
+    vocabs = [v for v in VOCAB_BLOCKS if v <= vocab_cap] or [LANES]
+    if kernel in ROW_MAJOR:
+        ordered = [Blocks(r, v) for r in rows for v in vocabs]
+    else:
+        ordered = [Blocks(r, v) for v in vocabs for r in rows]
+    wide = [b for b in ordered if b.vocab >= min(WIDE_VOCAB, vocabs[0])]
+    return [wide, [b for b in ordered if b not in wide]]
+
+
+def choose(sizes: Sizes, vmem_capacity: int, kernel: str | None = None) -> Blocks:
+    """The blocks of `kernel` (one of `KERNELS`; None: blocks all three fit): group by group of
+    `_candidates`, the first that fits half of `vmem_capacity`, else the first within `vmem_limit` (rows
+    never above the rows given rounded to the lanes, nor the vocabulary block above the vocabulary rounded
+    to them)."""
+    def held(blocks: Blocks) -> int:
+        return blocks.vmem_bytes(sizes) if kernel is None else blocks.kernel_vmem_bytes(kernel, sizes)
+
     smallest = Blocks(LANES, LANES)
+    if smallest.vmem_bytes(sizes) <= vmem_limit(vmem_capacity):  # every kernel takes these sizes, or none does
+        for group in _candidates(sizes, kernel):
+            for budget in (vmem_capacity // 2, vmem_limit(vmem_capacity)):
+                for blocks in group:
+                    if held(blocks) <= budget:
+                        return blocks
     raise ValueError(f"tokamax distill: hidden sizes of {sizes.student_hidden} (student) and {sizes.teacher_hidden} "
                      f"(teacher) need {smallest.vmem_bytes(sizes)} bytes of VMEM at the smallest blocks ({LANES} rows "
                      f"x {LANES} vocabulary), over the {vmem_limit(vmem_capacity)} the kernels may use of this chip's "

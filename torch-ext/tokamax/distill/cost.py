@@ -96,9 +96,12 @@ def backward_w(sizes: Sizes, blocks: Blocks, *, mixture: bool, soft_caps: int = 
                       blocks.kernel_vmem_bytes("backward_w", sizes))
 
 
-def costs(sizes: Sizes, blocks: Blocks, *, beta: float, soft_caps: int = 0) -> dict[str, KernelCost]:
-    """The three kernels' costs at `beta` (0 and 1 are KLs: one forward sweep, no mixture), by name."""
+def costs(sizes: Sizes, blocks: Blocks | dict[str, Blocks], *, beta: float, soft_caps: int = 0
+          ) -> dict[str, KernelCost]:
+    """The three kernels' costs at `beta` (0 and 1 are KLs: one forward sweep, no mixture), by name; `blocks`
+    one for all three or each kernel's by name."""
     mixture = 0.0 < beta < 1.0
-    return {"forward": forward(sizes, blocks, sweeps=1 + mixture, soft_caps=soft_caps),
-            "backward_x": backward_x(sizes, blocks, mixture=mixture, soft_caps=soft_caps),
-            "backward_w": backward_w(sizes, blocks, mixture=mixture, soft_caps=soft_caps)}
+    by = blocks if isinstance(blocks, dict) else dict.fromkeys(("forward", "backward_x", "backward_w"), blocks)
+    return {"forward": forward(sizes, by["forward"], sweeps=1 + mixture, soft_caps=soft_caps),
+            "backward_x": backward_x(sizes, by["backward_x"], mixture=mixture, soft_caps=soft_caps),
+            "backward_w": backward_w(sizes, by["backward_w"], mixture=mixture, soft_caps=soft_caps)}

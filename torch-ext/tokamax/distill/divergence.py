@@ -83,9 +83,9 @@ def check(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt:
                          f"must be the same tokens")
 
 
-def blocks_for(xs: jax.Array, xt: jax.Array, vocab: int) -> Blocks:
-    """The kernels' blocks for these operands on the chip being traced for."""
-    return choose(kernels.sizes_of(xs, xt, vocab), pltpu.get_tpu_info().vmem_capacity_bytes)
+def blocks_for(xs: jax.Array, xt: jax.Array, vocab: int, kernel: str) -> Blocks:
+    """`kernel`'s blocks for these operands on the chip being traced for."""
+    return choose(kernels.sizes_of(xs, xt, vocab), pltpu.get_tpu_info().vmem_capacity_bytes, kernel)
 
 
 def _bias(b: jax.Array | None, vocab: int) -> jax.Array:
@@ -98,7 +98,7 @@ def forward(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, w
     check(xs, ws, bs, xt, wt, bt)
     vocab = ws.shape[0]
     out = kernels.forward(xs, ws, _bias(bs, vocab), xt, wt, _bias(bt, vocab), setting=setting,
-                          blocks=blocks_for(xs, xt, vocab))
+                          blocks=blocks_for(xs, xt, vocab, "forward"))
     return Forward(*out)
 
 
@@ -114,11 +114,10 @@ def backward(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, 
     d_entropy = jnp.zeros_like(d_divergence) if d_entropy is None else d_entropy.astype(jnp.float32)
     vectors = (saved.student_lse, saved.teacher_lse, saved.aux, saved.entropy, d_divergence, d_entropy)
     operands = (xs, ws, _bias(bs, vocab), xt, wt, _bias(bt, vocab))
-    options = dict(setting=setting, blocks=blocks_for(xs, xt, vocab))
-    dx = kernels.backward_x(vectors, *operands, **options)
+    dx = kernels.backward_x(vectors, *operands, setting=setting, blocks=blocks_for(xs, xt, vocab, "backward_x"))
     if not weight_grad:
         return dx, None, None
-    dw, db = kernels.backward_w(vectors, *operands, **options)
+    dw, db = kernels.backward_w(vectors, *operands, setting=setting, blocks=blocks_for(xs, xt, vocab, "backward_w"))
     return dx, dw, db[0]
 
 
