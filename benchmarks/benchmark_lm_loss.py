@@ -2,7 +2,8 @@
 logits in memory) against what a Torch user runs, `lm_head` then `F.cross_entropy` on the
 materialised logits in float32 (as transformers' loss does), forward and backward, at a Llama-3-8B
 head (hidden 4096, vocabulary 128256) and 4096 tokens, sized for one v5e/v6e chip; and TRL's fused
-LM head (`lm_head_statistics`, our kernels) against TRL 1.16's own function (`TrlHeadLogProbs`).
+LM head (`lm_head_statistics`, our kernels) against TRL 1.16's own function (`TrlHeadLogProbs`), and
+DistillationTrainer's divergence (`distillation_divergence`) against TRL's own (`TrlDistillDivergence`).
 
     kernels benchmark kernels-community/tokamax@v1
 """
@@ -139,6 +140,79 @@ class TrlHeadLogProbs(Workload):
 
     def benchmark_forward_trl(self) -> None:
         self.result = self._trl(self.hidden, self.weight)[0]
+        wait()
+
+    def benchmark_backward_trl(self) -> None:
+        self.result = self._step(self._trl)
+        wait()
+
+
+def _trl_divergence():  # noqa: ANN202
+    """TRL's own distillation divergence (`ChunkedDivergenceFunction`), or None without TRL."""
+    try:
+        from trl.kernels.chunked_divergence import ChunkedDivergenceFunction
+    except ImportError:
+        return None
+    return ChunkedDivergenceFunction
+
+
+def _jsd_materialised(hs, ws, ht, wt, beta: float) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
+    """Without TRL: both models' logits [tokens, vocab] in float32, the generalized JSD and the entropy."""
+    lps, lpt = torch.log_softmax((hs @ ws.t()).float(), -1), torch.log_softmax((ht @ wt.t()).float(), -1)
+    lm = torch.logaddexp(lps + torch.log1p(torch.tensor(-beta)), lpt + torch.log(torch.tensor(beta)))
+    div = beta * (lpt.exp() * (lpt - lm)).sum(-1) + (1 - beta) * (lps.exp() * (lps - lm)).sum(-1)
+    return div, -(lps.exp() * lps).sum(-1)
+
+
+class TrlDistillDivergence(Workload):
+    """DistillationTrainer's divergence (the generalized JSD at beta 0.5, the student's entropy; the loss the
+    mean divergence, its gradients into the student's hidden states and head): this kernel's
+    `distillation_divergence` against TRL 1.16's own `ChunkedDivergenceFunction` (its torch tiles on a device
+    without Triton, as a TPU), at student hidden 2048, teacher hidden 4096, Qwen's vocabulary of 151,936 and
+    16,384 tokens."""
+
+    tpu_shape = (16384, 2048, 4096, 151936)  # tokens, student hidden, teacher hidden, vocabulary
+    cpu_shape = (96, 64, 128, 384)
+    beta = 0.5
+
+    def setup(self) -> None:
+        tokens, hs, ht, vocab = self.tpu_shape if ON_TPU else self.cpu_shape
+        self.hs = torch.randn(tokens, hs).to(DTYPE).to(self.device)
+        self.ws = (torch.randn(vocab, hs) * hs**-0.5).to(DTYPE).to(self.device)
+        self.ht = torch.randn(tokens, ht).to(DTYPE).to(self.device)
+        self.wt = (2 * torch.randn(vocab, ht) * ht**-0.5).to(DTYPE).to(self.device)
+
+    def _ours(self, hs: torch.Tensor, ws: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.kernel.torch_ops.distillation_divergence(hs, ws, None, self.ht, self.wt, None, beta=self.beta)
+
+    def _trl(self, hs: torch.Tensor, ws: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        fn = _trl_divergence()
+        if fn is None:
+            return _jsd_materialised(hs, ws, self.ht, self.wt, self.beta)
+        return fn.apply(hs, ws, None, self.ht, self.wt, None, self.beta, 1.0, 1.0, None, 1.0, None)
+
+    def _step(self, fn) -> tuple[torch.Tensor, ...]:  # noqa: ANN001
+        hs, ws = self.hs.detach().requires_grad_(), self.ws.detach().requires_grad_()
+        div = fn(hs, ws)[0]
+        div.mean().backward()
+        return div, hs.grad * hs.shape[0], ws.grad * hs.shape[0]
+
+    def benchmark_forward(self) -> None:
+        self.result = self._ours(self.hs, self.ws)[0]
+        wait()
+
+    def verify_forward(self) -> torch.Tensor:
+        return self._trl(self.hs, self.ws)[0]
+
+    def benchmark_backward(self) -> None:
+        self.result = self._step(self._ours)
+        wait()
+
+    def verify_backward(self) -> torch.Tensor:
+        return self.flat(*self._step(self._trl))
+
+    def benchmark_forward_trl(self) -> None:
+        self.result = self._trl(self.hs, self.ws)[0]
         wait()
 
     def benchmark_backward_trl(self) -> None:

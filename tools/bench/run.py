@@ -150,6 +150,7 @@ def attention(pythons: dict[str, str]) -> dict:
             "trl_head": _probe_json(pythons["torch-tier"], "trl_head_memory.py", str(VARIANT), torch_tier=True),
             "lm_head_costs": _probe_json(pythons["jax-tier"], "lm_head_costs.py", str(VARIANT)),
             "labels_exports": _probe_json(pythons["torch-tier"], "labels_exports.py", str(VARIANT), torch_tier=True),
+            "distill": _probe_json(pythons["torch-tier"], "distill_memory.py", str(VARIANT), torch_tier=True),
             "tuning": _probe_json(pythons["torch-tier"], "tuning_costs.py", str(VARIANT), torch_tier=True),
             "paged_serving": _probe_json(pythons["torch-tier"], "paged_serving.py", str(VARIANT), torch_tier=True),
             "compiled": _probe_json(pythons["torch-tier"], "tpu_compile_figures.py", str(VARIANT))}
@@ -191,6 +192,12 @@ def compiled_rows(compiled: dict) -> list[tuple[str, str, str]]:
         m = r["memory"]
         rows.append((f"LM head step compiled for {r['chip']}, {r['model']} (hidden {r['hidden']}, "
                      f"vocab {r['vocab']:,}, {r['tokens']:,} tokens, bf16): {r['head']}", f"temp {gib(m['temp'])}",
+                     f"arguments {gib(m['argument'])}, outputs {gib(m['output'])}; compiled in {r['seconds']:.0f} s"))
+    for r in compiled.get("distill_step", []):
+        m = r["memory"]
+        rows.append((f"DistillationTrainer divergence step compiled for {r['chip']} (student hidden "
+                     f"{r['student_hidden']}, teacher {r['teacher_hidden']}, vocab {r['vocab']:,}, {r['tokens']:,} "
+                     f"tokens, bf16, JSD): {r['head']}", f"temp {gib(m['temp'])}",
                      f"arguments {gib(m['argument'])}, outputs {gib(m['output'])}; compiled in {r['seconds']:.0f} s"))
     for r in compiled["cases"]:
         m = r["memory"]
@@ -339,6 +346,13 @@ def table(results: dict) -> str:
         rows.append((f"TRL's fused LM head, one training step: peak activation bytes / ops dispatched, {label}",
                      f"{head[name]['peak_bytes'] / 2**30:.2f} GiB / {head[name]['ops']}",
                      f"{size}; largest {head[name]['largest_shape']}; most {head[name]['most']}"))
+    pair = att["distill"]
+    size = (f"student hidden {pair['student_hidden']}, teacher {pair['teacher_hidden']}, vocab {pair['vocab']}, "
+            f"{pair['tokens']} tokens, {pair['dtype']}, beta {pair['beta']}")
+    for name, label in (("trl", "TRL's own function (no Triton: torch tiles)"), ("tokamax", "this kernel")):
+        rows.append((f"DistillationTrainer's divergence, one training step: peak activation bytes / ops dispatched, "
+                     f"{label}", f"{pair[name]['peak_bytes'] / 2**30:.2f} GiB / {pair[name]['ops']}",
+                     f"{size}; largest {pair[name]['largest_shape']}; most {pair[name]['most']}"))
     costs = att["tuning"]
     rows.append(("tuning.tune: recording, per op call / binding a recorded call's Ops",
                  f"+{costs['recording_adds_us']:.1f} us / {costs['bind_ms']:.0f} ms",

@@ -15,7 +15,7 @@ from types import ModuleType
 import jax
 import jax.numpy as jnp
 
-from . import baselines, compiler, topology
+from . import baselines, compiler, distill_baselines, topology
 from .case import spec
 from .cases import all_cases
 
@@ -45,6 +45,27 @@ def lm_head_step(kernel: ModuleType, chip: str = CHIP) -> list[dict]:
             rows.append({"model": model, "hidden": hidden, "vocab": vocab, "tokens": tokens, "chip": chip,
                          "head": name, "seconds": time.perf_counter() - start,
                          "memory": compiler._memory(compiled), "hlo": compiler.hlo_counts(compiled.as_text())})
+    return rows
+
+
+# (student hidden, teacher hidden, vocabulary, tokens): one DistillationTrainer step's divergence, bf16
+DISTILL_STEP = (2048, 4096, 151936, 16384)
+
+
+def distill_step(kernel: ModuleType, chip: str = CHIP) -> list[dict]:
+    """The divergence's one training step, this kernel's and TRL's tiles, compiled for `chip`."""
+    mesh = topology.mesh(chip)
+    hs, ht, vocab, tokens = DISTILL_STEP
+    specs = [spec(mesh, (tokens, hs), jnp.bfloat16), spec(mesh, (vocab, hs), jnp.bfloat16),
+             spec(mesh, (tokens, ht), jnp.bfloat16), spec(mesh, (vocab, ht), jnp.bfloat16)]
+    rows = []
+    for name, make in distill_baselines.HEADS.items():
+        start = time.perf_counter()
+        with compiler.tracing_for(kernel, topology.chip(chip)), jax.set_mesh(mesh):
+            compiled = jax.jit(make(kernel)).trace(*specs).lower(lowering_platforms=("tpu",)).compile()
+        rows.append({"student_hidden": hs, "teacher_hidden": ht, "vocab": vocab, "tokens": tokens, "chip": chip,
+                     "head": name, "seconds": time.perf_counter() - start,
+                     "memory": compiler._memory(compiled), "hlo": compiler.hlo_counts(compiled.as_text())})
     return rows
 
 

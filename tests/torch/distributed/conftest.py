@@ -14,8 +14,9 @@ from tests.conftest import VARIANT
 from . import launcher, steps, tiny
 
 HERE = Path(__file__).parent
-ORDER = ["ddp", "fsdp2", "fsdp2_head_unit", "trl_fsdp2", "tensor_parallel", "expert_parallel", "expert_parallel_router",
-         "dense_tensor_parallel", "tied_tensor_parallel", "accumulated_tensor_parallel", "op_values"]
+ORDER = ["ddp", "fsdp2", "fsdp2_head_unit", "trl_fsdp2", "trl_distill_fsdp2", "tensor_parallel", "expert_parallel",
+         "expert_parallel_router", "dense_tensor_parallel", "tied_tensor_parallel", "accumulated_tensor_parallel",
+         "op_values"]
 SCENARIOS = {name: f"tests.torch.distributed.steps.{name}" for name in ORDER[:-1]}
 SCENARIOS["op_values"] = "tests.torch.distributed.op_values.all_cases"
 JOB_TIMEOUT = 1500.0  # seconds for the whole job: measured 86 s (2 cores, load ~3) to 5.4 min (load ~6)
@@ -42,6 +43,8 @@ def job(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     running = launcher.Job([SCENARIOS[n] for n in names], workdir, VARIANT)
     try:
         references = {f: steps.reference(workdir, f) for f in families if _needs(f, names)}
+        if "trl_distill_fsdp2" in names:
+            references["distillation"] = steps.distillation_reference(workdir)
         if "accumulated_tensor_parallel" in names:
             references["llama, labels ignored"] = steps.reference(workdir, "llama", ignored=True)
     finally:
@@ -49,7 +52,7 @@ def job(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     return {"records": {n: records[SCENARIOS[n]] for n in names}, "references": references}
 
 
-_USERS = {"llama": ["dense_tensor_parallel"], "llama_tied": ["tied_tensor_parallel"],
+_USERS = {"llama": ["dense_tensor_parallel", "trl_distill_fsdp2"], "llama_tied": ["tied_tensor_parallel"],
           "qwen3_moe": ["ddp", "fsdp2", "fsdp2_head_unit", "trl_fsdp2", "tensor_parallel", "expert_parallel",
                         "expert_parallel_router"]}
 

@@ -111,6 +111,33 @@ def trl_fsdp2(tokamax: ModuleType, workdir: Path) -> dict[str, Any]:
     return _report(_mean_over_ranks(out.loss.detach()), tiny.full_grads(model))
 
 
+def trl_distill_fsdp2(tokamax: ModuleType, workdir: Path) -> dict[str, Any]:
+    """DistillationTrainer's loss under FSDP2, on the kernel: `use_fused_loss(student)`, `fully_shard` on each
+    decoder layer and the root (the head's weight a DTensor, which TRL gathers before its function), one
+    row per rank, the teacher unsharded; gradients averaged."""
+    from torch.distributed.fsdp import fully_shard
+
+    distill = importlib.import_module(f"{tokamax.__name__}.integrations.trl.distill")
+    student = tokamax.use_fused_loss(tiny.load(workdir, "llama", tokamax))
+    for layer in student.model.layers:
+        fully_shard(layer)
+    fully_shard(student)
+    ids, _ = tiny.batch("llama")
+    r, served = dist.get_rank(), distill.calls["kernel"]
+    loss = tiny.distillation_loss(student, student, tiny.teacher(workdir), ids[r:r + 1])
+    assert distill.calls["kernel"] == served + 1, "DistillationTrainer's divergence did not run on the kernel"
+    return _report(_mean_over_ranks(loss), tiny.full_grads(student))
+
+
+def distillation_reference(workdir: Path) -> dict[str, Any]:
+    """The whole batch in one process on eager attention and TRL's own divergence function (where tokamax's
+    names stand, they serve no head of this student)."""
+    student = tiny.load(workdir, "llama", None)
+    ids, _ = tiny.batch("llama")
+    loss = tiny.distillation_loss(student, student, tiny.teacher(workdir), ids)
+    return {"loss": loss, "grads": tiny.full_grads(student)}
+
+
 def _sharded_step(tokamax: ModuleType, workdir: Path, family: str, **distributed: Any) -> dict[str, Any]:
     """transformers' own sharding (`from_pretrained(distributed_config=...)`), the whole batch on every
     rank, the fused loss vocabulary-parallel; also checks the head's weight is split over the vocabulary

@@ -6,7 +6,8 @@ over the vocabulary, so the fused loss is vocabulary-parallel; after the step th
 to the one-process logits (the head's tensor-parallel forward is back in place). Also: FSDP2 with
 the LM head a unit of its own (resharded after its forward), TRL's fused LM head under FSDP2 (on
 the kernel), tied embeddings under tensor parallelism, and gradient accumulation with
-`num_items_in_batch` and ignored labels."""
+`num_items_in_batch` and ignored labels; DistillationTrainer's divergence with the student under FSDP2
+(on the kernel)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,13 @@ def test_qwen3_moe_step_equals_one_process(job, scenario):  # noqa: ANN001
 def test_llama_vocabulary_parallel_step_equals_one_process(job, scenario):  # noqa: ANN001
     """A dense family, a vocabulary of 200 split 100 + 100 (each shard padded to the kernel's lanes)."""
     _assert_step(launcher.result(job["records"], scenario), job["references"]["llama"])
+
+
+@pytest.mark.parametrize("scenario", ["trl_distill_fsdp2"])
+def test_distillation_under_fsdp2_equals_one_process(job, scenario):  # noqa: ANN001
+    """DistillationTrainer's loss with the student under FSDP2 (its head a DTensor TRL gathers) on the kernel,
+    against the whole batch in one process on TRL's own function: the loss and every student gradient."""
+    _assert_step(launcher.result(job["records"], scenario), job["references"]["distillation"])
 
 
 @pytest.mark.parametrize("scenario", ["tied_tensor_parallel"])

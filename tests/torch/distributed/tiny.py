@@ -110,3 +110,35 @@ def full_grads(model: torch.nn.Module, prefix: str = "") -> dict[str, torch.Tens
         grad = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
         grads[name.removeprefix(prefix)] = grad.detach().clone()
     return grads
+
+
+def teacher(workdir: Path) -> torch.nn.Module:
+    """A distillation teacher for the Llama student: the same checkpoint on eager attention, its head three
+    times sharper (so that it differs from the student), frozen."""
+    model = load(workdir, "llama", None).eval().requires_grad_(False)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(3.0)
+    return model
+
+
+def distillation_loss(model: torch.nn.Module, student: torch.nn.Module, teacher_model: torch.nn.Module,
+                      ids: torch.Tensor) -> torch.Tensor:
+    """TRL 1.16's DistillationTrainer loss on `ids` (every position, the JSD at beta 0.5, temperature 0.9):
+    both backbones' last hidden states, then `_chunked_divergence_loss` as the trainer calls it (the name in
+    its module, whatever stands there), routed through `model`'s forward as the trainer routes it (FSDP
+    gathers the root's parameters); backward; returns the loss (detached)."""
+    import trl.trainer.distillation_trainer as trainer
+    from trl.models.utils import _ForwardRedirection
+
+    def compute(unwrapped: torch.nn.Module) -> torch.Tensor:
+        hidden = unwrapped.model(input_ids=ids).last_hidden_state
+        with torch.no_grad():
+            teacher_hidden = teacher_model.model(input_ids=ids).last_hidden_state
+        loss, _, _ = trainer._chunked_divergence_loss(hidden, teacher_hidden, unwrapped.lm_head.weight,
+                                                      teacher_model.lm_head.weight, torch.ones(ids.shape), 0.5,
+                                                      temperature=0.9)
+        return loss
+
+    loss = _ForwardRedirection()(model, student, compute, student)
+    loss.backward()
+    return loss.detach()

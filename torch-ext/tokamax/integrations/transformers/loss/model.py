@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from ...trl import distill as trl_distill
 from ...trl import hooks as trl_hooks
 from ...trl import reference as trl_reference
 from . import sharding
@@ -180,6 +181,7 @@ def use_fused_loss(model: torch.nn.Module, *, z_loss: float = 0.0, label_smoothi
     model._tokamax_loss_options = options
     trl_hooks.attach(model)
     trl_reference.follow(model)
+    trl_distill.serve(model)
     signature = inspect.signature(type(model).forward)
 
     @functools.wraps(type(model).forward)  # the class's signature, which Trainer and generate read

@@ -1,0 +1,181 @@
+"""The Torch distillation divergence (`distillation_divergence`, our kernels): the divergence and entropy
+and the student's gradients (hidden states, weight, bias) against float64 Torch on CPU tensors (interpret
+mode), with soft caps, scales, a temperature and hidden sizes that differ, for beta 0, 0.5 and 1; the
+shared checks (fakes against JAX shapes, symbolic tracing, one graph for two sizes, the kernel count in
+the TPU lowering), autograd on meta tensors (the divergence alone carries gradients, to the student
+alone), a frozen head's backward (dx alone, one kernel), and bad calls."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import checks
+
+OP = "distillation_divergence"
+ROWS, HS, HT, VOCAB = 70, 64, 96, 300
+OPTIONS = dict(temperature=0.7, student_logit_scale=1.5, student_soft_cap=3.0, teacher_logit_scale=0.8,
+               teacher_soft_cap=5.0)
+
+
+def _operands() -> tuple[torch.Tensor, ...]:
+    xs = checks.randn(ROWS, HS, seed=41, scale=2 * HS ** -0.5).requires_grad_()
+    ws = checks.randn(VOCAB, HS, seed=42).requires_grad_()
+    bs = checks.randn(VOCAB, seed=43, scale=0.25).requires_grad_()
+    xt, wt, bt = checks.randn(ROWS, HT, seed=44, scale=3 * HT ** -0.5), checks.randn(VOCAB, HT, seed=45), None
+    return xs, ws, bs, xt, wt, bt
+
+
+def _log_probs(x, w, b, scale, cap):  # noqa: ANN001, ANN202
+    z = (x @ w.T + (0 if b is None else b)) * scale
+    return torch.log_softmax(cap * torch.tanh(z / cap) / OPTIONS["temperature"], -1)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
+def test_divergence_entropy_and_gradients_match_float64(ops, beta):
+    xs, ws, bs, xt, wt, bt = _operands()
+    div, ent = ops.distillation_divergence(xs, ws, bs, xt, wt, bt, beta=beta, **OPTIONS)
+    g = checks.randn(ROWS, seed=46)
+    (g * div).sum().backward()
+    assert not ent.requires_grad and div.dtype == ent.dtype == torch.float32
+
+    xs64, ws64, bs64 = (t.detach().double().requires_grad_() for t in (xs, ws, bs))
+    lps = _log_probs(xs64, ws64, bs64, 1.5, 3.0)
+    lpt = _log_probs(xt.double(), wt.double(), None, 0.8, 5.0)
+    ps, pt = lps.exp(), lpt.exp()
+    if beta == 0.0:
+        want = (pt * (lpt - lps)).sum(-1)
+    elif beta == 1.0:
+        want = (ps * (lps - lpt)).sum(-1)
+    else:
+        lm = torch.logaddexp(lps + torch.log1p(torch.tensor(-beta)), lpt + torch.log(torch.tensor(beta)))
+        want = beta * (pt * (lpt - lm)).sum(-1) + (1 - beta) * (ps * (lps - lm)).sum(-1)
+    (g.double() * want).sum().backward()
+    # float32 logits of O(3) summed over 300 columns: ~1e-6 relative; the gradients sum 300 columns or 70 rows
+    torch.testing.assert_close(div.double(), want.detach(), rtol=2e-5, atol=2e-6)
+    torch.testing.assert_close(ent.double(), -(ps * lps).sum(-1).detach(), rtol=2e-5, atol=2e-6)
+    for name, got, ref in (("dx", xs, xs64), ("dw", ws, ws64), ("db", bs, bs64)):
+        torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.seen[func.name().split("::")[-1]] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops):
+    """A student head whose weight and bias need no gradient (LoRA's): the dx-only op runs (one backward
+    kernel, not two) and gives the full backward's dx exactly."""
+    xs, ws, bs, xt, wt, bt = _operands()
+    grads = []
+    for frozen in (False, True):
+        x, w, b = (t.detach().clone().requires_grad_(t is xs or not frozen) for t in (xs, ws, bs))
+        with _Ops() as probe:
+            div, _ = ops.distillation_divergence(x, w, b, xt, wt, bt, beta=0.5, **OPTIONS)
+            div.sum().backward()
+        assert probe.seen["distill_divergence_bwd_x" if frozen else "distill_divergence_bwd"] == 1, probe.seen
+        assert probe.seen["distill_divergence_bwd" if frozen else "distill_divergence_bwd_x"] == 0, probe.seen
+        assert (w.grad is None) == frozen and (b.grad is None) == frozen
+        grads.append(x.grad)
+    torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
+
+
+def _bf16(rows: int, device: str = "cpu") -> tuple[torch.Tensor, ...]:
+    return (torch.zeros(rows, 128, dtype=torch.bfloat16, device=device),
+            torch.zeros(384, 128, dtype=torch.bfloat16, device=device), None,
+            torch.zeros(rows, 256, dtype=torch.bfloat16, device=device),
+            torch.zeros(384, 256, dtype=torch.bfloat16, device=device), None)
+
+
+@pytest.mark.kernels_ci
+def test_fakes_match_jax_shapes(ops):
+    f = checks.family(ops, "distill").custom_ops
+    operands, row = _bf16(200), torch.zeros(200)
+    setting = (0.5, 1.0, True, 30.0, 1.0, False, 1.0)
+    checks.fake_matches_jax(ops, ops.distill_divergence_op, f._forward_jax, *operands, *setting)
+    checks.fake_matches_jax(ops, ops.distill_divergence_bwd_op, f._backward_jax, *operands, *[row] * 5, *setting)
+    checks.fake_matches_jax(ops, ops.distill_divergence_bwd_x_op, f._backward_x_jax, *operands, *[row] * 5, *setting)
+
+
+@pytest.mark.kernels_ci
+def test_traces_with_symbolic_sizes_and_compiles_once(ops):
+    def step(xs: torch.Tensor, ws: torch.Tensor, xt: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
+        div, ent = ops.distillation_divergence(xs, ws, None, xt, wt, None, beta=0.5, student_soft_cap=30.0)
+        return div + ent
+
+    def args(rows: int) -> tuple[torch.Tensor, ...]:
+        xs, ws, _, xt, wt, _ = _bf16(rows, "meta")
+        return xs, ws, xt, wt
+
+    checks.traces_symbolically(step, *args(200))
+    checks.compiles_once_for_two_sizes(step, args(200), args(333))
+
+
+@pytest.mark.kernels_ci
+def test_autograd_wiring_on_meta(ops):
+    """Gradients reach the student's hidden states, weight and bias in their dtypes through the divergence;
+    the entropy carries none, and the teacher's tensors get none (as TRL)."""
+    xs, ws, _, xt, wt, _ = _bf16(200, "meta")
+    xs, ws, xt, wt = (t.requires_grad_() for t in (xs, ws, xt, wt))
+    bs = torch.zeros(384, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    div, ent = ops.distillation_divergence(xs, ws, bs, xt, wt, None, beta=1.0)
+    assert div.requires_grad and not ent.requires_grad
+    div.sum().backward()
+    for t in (xs, ws, bs):
+        assert (t.grad.shape, t.grad.dtype) == (t.shape, t.dtype)
+    assert xt.grad is None and wt.grad is None
+
+
+@pytest.mark.kernels_ci
+def test_lowers_to_the_three_kernels(ops):
+    f = checks.family(ops, "distill").custom_ops
+    operands, row = _bf16(512), torch.zeros(512)
+    setting = (0.5, 1.0, False, 1.0, 1.0, False, 1.0)
+    assert checks.mosaic_kernels(ops, f._forward_jax, *operands, *setting) == 1
+    assert checks.mosaic_kernels(ops, f._backward_jax, *operands, *[row] * 5, *setting) == 2
+    assert checks.mosaic_kernels(ops, f._backward_x_jax, *operands, *[row] * 5, *setting) == 1
+
+
+@pytest.mark.kernels_ci
+def test_in_build_namespace(ops, tokamax):
+    checks.assert_in_build_namespace(tokamax, ops.distill_divergence_op, ops.distill_divergence_bwd_op,
+                                     ops.distill_divergence_bwd_x_op)
+
+
+def _call(**changed):  # noqa: ANN003, ANN202
+    def call(o):  # noqa: ANN001, ANN202
+        args = dict(xs=torch.zeros(8, 128), ws=torch.zeros(256, 128), bs=None, xt=torch.zeros(8, 64),
+                    wt=torch.zeros(256, 64), bt=None)
+        options = {k: changed.pop(k) for k in list(changed) if k not in args}
+        args.update(changed)
+        return o.distillation_divergence(*args.values(), **{"beta": 0.5, **options})
+    return call
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(("call", "error", "message"), [
+    (_call(xs=[[1.0]]), TypeError, "student_hidden must be a torch.Tensor, got list"),
+    (_call(ws=torch.zeros(256, 128, dtype=torch.bfloat16)), TypeError,
+     "the student's hidden states and weight must share a dtype, bfloat16 or float32; got float32 and bfloat16"),
+    (_call(xt=torch.zeros(8, 64, dtype=torch.float16), wt=torch.zeros(256, 64, dtype=torch.float16)), TypeError,
+     "the teacher's hidden states and weight must share a dtype, bfloat16 or float32; got float16"),
+    (_call(ws=torch.zeros(256, 64)), ValueError, "the student's hidden size is 128 in its hidden states but 64"),
+    (_call(wt=torch.zeros(255, 64)), ValueError, "the student's vocabulary (256) and the teacher's (255)"),
+    (_call(xt=torch.zeros(7, 64)), ValueError, "the student's rows (8) and the teacher's (7) must be the same"),
+    (_call(bt=torch.zeros(255)), ValueError, "the teacher's bias must be [vocab] (256), got"),
+    (_call(beta=-0.1), ValueError, "beta must be a number in [0, 1], got -0.1"),
+    (_call(temperature=0.0), ValueError, "temperature must be > 0, got 0.0"),
+    (_call(student_soft_cap=-2.0), ValueError, "student_soft_cap must be > 0 or None, got -2.0"),
+])
+def test_bad_calls_fail_with_the_ops_own_message(ops, call, error, message):
+    with pytest.raises(error, match=f"^tokamax {OP}: ") as info:
+        call(ops)
+    assert message in str(info.value)

@@ -1,0 +1,107 @@
+"""What each distillation kernel costs, from its grid and block specs: the `pl.CostEstimate` every
+`pallas_call` in `kernels` declares (XLA's scheduler and `compiled.cost_analysis()` read it).
+
+HBM traffic follows the pipeline: a block indexed by the outer grid axis is read once in all, one
+indexed by the inner axis once per outer step, and once per sweep where the forward sweeps the
+vocabulary twice (the generalized JSD: the first sweep gives both normalizers, the second the
+divergence). The forward and dx run over (row blocks, vocabulary blocks): both models' hidden states
+and the per-row vectors once, both weights and biases once per row block (and sweep). dw runs over
+(vocabulary blocks, row blocks): the weights once, the hidden states and vectors once per vocabulary
+block. Reads are of whole blocks (an overhanging last block is read whole). Flops are the matmuls'
+(2 m n k): both models' logits in every kernel and sweep, G @ w_s or G.T @ x_s in the backward.
+Transcendentals per logit pair: the first sweep two exps (one per model), the second four (p_s, p_t
+and the mixture's log-add-exp), the backward two (p_s, p_t) and two more for the mixture; a tanh per
+capped model wherever its logits are made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jax.experimental import pallas as pl
+
+from .blocks import Blocks, Sizes
+
+F32 = 4
+FORWARD_OUTPUTS = 5  # divergence, entropy, both log-sum-exps, the backward's auxiliary sum
+BACKWARD_VECTORS = 6  # both log-sum-exps, the auxiliary sum, the entropy, the two cotangents
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCost:
+    """One kernel's cost over its whole grid."""
+
+    kernel: str
+    grid: tuple[int, int]
+    flops: int
+    transcendentals: int
+    bytes_read: int
+    bytes_written: int
+    vmem_bytes: int
+
+    @property
+    def bytes_accessed(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    def estimate(self) -> pl.CostEstimate:
+        return pl.CostEstimate(flops=self.flops, transcendentals=self.transcendentals,
+                               bytes_accessed=self.bytes_accessed)
+
+
+def _blocked(sizes: Sizes, blocks: Blocks) -> tuple[int, int, int, int]:
+    """(row blocks, vocabulary blocks, rows and vocabulary as read: whole blocks)."""
+    nr, nv = blocks.grid(sizes)
+    return nr, nv, nr * blocks.rows, nv * blocks.vocab
+
+
+def _weights(sizes: Sizes, vocab: int) -> int:
+    return vocab * (sizes.student_hidden * sizes.student_itemsize + sizes.teacher_hidden * sizes.teacher_itemsize
+                    + 2 * F32)
+
+
+def _hidden(sizes: Sizes, rows: int) -> int:
+    return rows * (sizes.student_hidden * sizes.student_itemsize + sizes.teacher_hidden * sizes.teacher_itemsize)
+
+
+def _logit_flops(rows: int, vocab: int, sizes: Sizes) -> int:
+    return 2 * rows * vocab * (sizes.student_hidden + sizes.teacher_hidden)
+
+
+def forward(sizes: Sizes, blocks: Blocks, *, sweeps: int, soft_caps: int = 0) -> KernelCost:
+    """`sweeps` 1 (a KL) or 2 (the generalized JSD); `soft_caps` how many models cap their logits."""
+    nr, nv, rows, vocab = _blocked(sizes, blocks)
+    logits = rows * vocab
+    read = _hidden(sizes, rows) + sweeps * nr * _weights(sizes, vocab)
+    per_logit = 2 + soft_caps + (sweeps - 1) * (4 + soft_caps)
+    return KernelCost("forward", (nr, sweeps * nv), sweeps * _logit_flops(rows, vocab, sizes),
+                      logits * per_logit + 2 * rows * nv + 4 * rows, read, FORWARD_OUTPUTS * sizes.rows * F32,
+                      blocks.kernel_vmem_bytes("forward", sizes))
+
+
+def backward_x(sizes: Sizes, blocks: Blocks, *, mixture: bool, soft_caps: int = 0) -> KernelCost:
+    nr, nv, rows, vocab = _blocked(sizes, blocks)
+    flops = _logit_flops(rows, vocab, sizes) + 2 * rows * vocab * sizes.student_hidden
+    read = _hidden(sizes, rows) + BACKWARD_VECTORS * rows * F32 + nr * _weights(sizes, vocab)
+    return KernelCost("backward_x", (nr, nv), flops, rows * vocab * (2 + 2 * mixture + soft_caps), read,
+                      sizes.rows * sizes.student_hidden * sizes.student_itemsize,
+                      blocks.kernel_vmem_bytes("backward_x", sizes))
+
+
+def backward_w(sizes: Sizes, blocks: Blocks, *, mixture: bool, soft_caps: int = 0) -> KernelCost:
+    nr, nv, rows, vocab = _blocked(sizes, blocks)
+    flops = _logit_flops(rows, vocab, sizes) + 2 * rows * vocab * sizes.student_hidden
+    read = _weights(sizes, vocab) + nv * (_hidden(sizes, rows) + BACKWARD_VECTORS * rows * F32)
+    written = sizes.vocab * (sizes.student_hidden * sizes.student_itemsize + F32)  # dw, db
+    return KernelCost("backward_w", (nv, nr), flops, rows * vocab * (2 + 2 * mixture + soft_caps), read, written,
+                      blocks.kernel_vmem_bytes("backward_w", sizes))
+
+
+def costs(sizes: Sizes, blocks: Blocks | dict[str, Blocks], *, beta: float, soft_caps: int = 0
+          ) -> dict[str, KernelCost]:
+    """The three kernels' costs at `beta` (0 and 1 are KLs: one forward sweep, no mixture), by name; `blocks`
+    one for all three or each kernel's by name."""
+    mixture = 0.0 < beta < 1.0
+    by = blocks if isinstance(blocks, dict) else dict.fromkeys(("forward", "backward_x", "backward_w"), blocks)
+    return {"forward": forward(sizes, by["forward"], sweeps=1 + mixture, soft_caps=soft_caps),
+            "backward_x": backward_x(sizes, by["backward_x"], mixture=mixture, soft_caps=soft_caps),
+            "backward_w": backward_w(sizes, by["backward_w"], mixture=mixture, soft_caps=soft_caps)}

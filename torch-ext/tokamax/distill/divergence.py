@@ -1,0 +1,164 @@
+"""The distillation divergence at any size, in JAX: argument checks, the kernels' blocks for the chip
+being traced for, the backward's per-row vectors, and a call differentiable in the student.
+
+`per_token(xs, ws, bs, xt, wt, bt, setting)` gives (divergence, entropy), float32 [rows] each, for
+x_s [rows, hidden_s], w_s [vocab, hidden_s] (nn.Linear's layout) and the teacher's x_t [rows,
+hidden_t], w_t [vocab, hidden_t]; biases float32 [vocab] or None. Neither operand is padded or
+copied (`kernels`: the last blocks overhang and are masked).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.pallas import tpu as pltpu
+
+from ..lm_head.transform import LogitTransform
+from . import kernels
+from .blocks import Blocks, choose
+from .kernels import Setting
+
+DTYPES = ("bfloat16", "float32")
+
+
+class Forward(NamedTuple):
+    """The forward kernel's outputs, float32 [rows] each (`kernels.OUTPUTS`)."""
+
+    divergence: jax.Array
+    entropy: jax.Array
+    student_lse: jax.Array
+    teacher_lse: jax.Array
+    aux: jax.Array
+
+
+def setting(beta: float, temperature: float = 1.0, student_scale: float = 1.0, student_soft_cap: float | None = None,
+            teacher_scale: float = 1.0, teacher_soft_cap: float | None = None) -> Setting:
+    """The kernels' static setting from TRL's arguments, refusing what TRL's function would not compute."""
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0.0 <= beta <= 1.0:
+        raise ValueError(f"tokamax distill: beta must be a number in [0, 1], got {beta!r}")
+    if not isinstance(temperature, (int, float)) or not 0 < temperature < math.inf:  # NaN too; dynamo-traceable
+        raise ValueError(f"tokamax distill: temperature must be > 0, got {temperature!r}")
+    for name, value in (("student_scale", student_scale), ("teacher_scale", teacher_scale)):
+        if not isinstance(value, (int, float)) or not -math.inf < value < math.inf:
+            raise ValueError(f"tokamax distill: {name} must be a finite number, got {value!r}")
+    for name, value in (("student_soft_cap", student_soft_cap), ("teacher_soft_cap", teacher_soft_cap)):
+        if value is not None and (not isinstance(value, (int, float)) or not value > 0):
+            raise ValueError(f"tokamax distill: {name} must be > 0 or None, got {value!r}")
+
+    def transform(scale: float, soft_cap: float | None) -> LogitTransform:
+        return LogitTransform.of(scale=scale, soft_cap=soft_cap, temperature=temperature)
+
+    return Setting(float(beta), transform(student_scale, student_soft_cap), transform(teacher_scale, teacher_soft_cap))
+
+
+def _dtype(a: Any) -> str:
+    """A JAX or Torch array's dtype by name ("bfloat16"): `check` serves the Torch op too."""
+    return str(a.dtype).removeprefix("torch.")
+
+
+def check(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array,
+          bt: jax.Array | None) -> None:
+    """Refuses operands the kernels cannot take, naming the argument."""
+    for model, x, w, b in (("student", xs, ws, bs), ("teacher", xt, wt, bt)):
+        if x.ndim != 2 or w.ndim != 2:
+            raise ValueError(f"tokamax distill: the {model}'s hidden states must be [rows, hidden] and its weight "
+                             f"[vocab, hidden], got {x.shape} and {w.shape}")
+        if x.shape[1] != w.shape[1]:
+            raise ValueError(f"tokamax distill: the {model}'s hidden size is {x.shape[1]} in its hidden states but "
+                             f"{w.shape[1]} in its weight")
+        if _dtype(x) != _dtype(w) or _dtype(x) not in DTYPES:
+            raise TypeError(f"tokamax distill: the {model}'s hidden states and weight must share a dtype, bfloat16 "
+                            f"or float32; got {_dtype(x)} and {_dtype(w)}")
+        if b is not None and b.shape != (w.shape[0],):
+            raise ValueError(f"tokamax distill: the {model}'s bias must be [vocab] ({w.shape[0]}), got {b.shape}")
+    if ws.shape[0] != wt.shape[0]:
+        raise ValueError(f"tokamax distill: the student's vocabulary ({ws.shape[0]}) and the teacher's "
+                         f"({wt.shape[0]}) must be the same")
+    if xs.shape[0] != xt.shape[0]:
+        raise ValueError(f"tokamax distill: the student's rows ({xs.shape[0]}) and the teacher's ({xt.shape[0]}) "
+                         f"must be the same tokens")
+
+
+def blocks_for(xs: jax.Array, xt: jax.Array, vocab: int, kernel: str) -> Blocks:
+    """`kernel`'s blocks for these operands on the chip being traced for."""
+    return choose(kernels.sizes_of(xs, xt, vocab), pltpu.get_tpu_info().vmem_capacity_bytes, kernel)
+
+
+def _bias(b: jax.Array | None, vocab: int) -> jax.Array:
+    return (jnp.zeros((vocab,), jnp.float32) if b is None else b.astype(jnp.float32))[None]
+
+
+def forward(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array, bt: jax.Array | None,
+            setting: Setting) -> Forward:
+    """The forward kernel's five per-row outputs."""
+    check(xs, ws, bs, xt, wt, bt)
+    vocab = ws.shape[0]
+    out = kernels.forward(xs, ws, _bias(bs, vocab), xt, wt, _bias(bt, vocab), setting=setting,
+                          blocks=blocks_for(xs, xt, vocab, "forward"))
+    return Forward(*out)
+
+
+def backward(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array, bt: jax.Array | None,
+             setting: Setting, saved: Forward, d_divergence: jax.Array, d_entropy: jax.Array | None = None,
+             weight_grad: bool = True) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+    """(dx_s, dw_s in their dtypes, db_s float32 [vocab]) from the forward's outputs and the cotangents of
+    the divergence and (None: none) the entropy. `weight_grad` False: (dx_s, None, None), the weight's
+    kernel not run (a frozen head: LoRA's)."""
+    check(xs, ws, bs, xt, wt, bt)
+    vocab = ws.shape[0]
+    d_divergence = d_divergence.astype(jnp.float32)
+    d_entropy = jnp.zeros_like(d_divergence) if d_entropy is None else d_entropy.astype(jnp.float32)
+    vectors = (saved.student_lse, saved.teacher_lse, saved.aux, saved.entropy, d_divergence, d_entropy)
+    operands = (xs, ws, _bias(bs, vocab), xt, wt, _bias(bt, vocab))
+    dx = kernels.backward_x(vectors, *operands, setting=setting, blocks=blocks_for(xs, xt, vocab, "backward_x"))
+    if not weight_grad:
+        return dx, None, None
+    dw, db = kernels.backward_w(vectors, *operands, setting=setting, blocks=blocks_for(xs, xt, vocab, "backward_w"))
+    return dx, dw, db[0]
+
+
+def per_token(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array, bt: jax.Array | None,
+              setting: Setting) -> tuple[jax.Array, jax.Array]:
+    """(divergence, the student's entropy), float32 [rows] each; differentiable in x_s, w_s and b_s (the
+    teacher's operands get zero cotangents, which XLA drops where they are not used)."""
+    check(xs, ws, bs, xt, wt, bt)
+    vocab = ws.shape[0]
+    return _per_token(xs, ws, _bias(bs, vocab)[0], xt, wt, _bias(bt, vocab)[0], setting)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _per_token(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.Array, bt: jax.Array,
+               setting: Setting) -> tuple[jax.Array, jax.Array]:
+    out = forward(xs, ws, bs, xt, wt, bt, setting)
+    return out.divergence, out.entropy
+
+
+def _per_token_fwd(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.Array, bt: jax.Array,
+                   setting: Setting) -> tuple[tuple[jax.Array, jax.Array], tuple]:
+    out = forward(xs, ws, bs, xt, wt, bt, setting)
+    return (out.divergence, out.entropy), (xs, ws, bs, xt, wt, bt, out)
+
+
+def _per_token_bwd(setting: Setting, residuals: tuple, cotangents: tuple[jax.Array, jax.Array]) -> tuple:
+    xs, ws, bs, xt, wt, bt, saved = residuals
+    dx, dw, db = backward(xs, ws, bs, xt, wt, bt, setting, saved, *cotangents)
+    return dx, dw, db.astype(bs.dtype), jnp.zeros_like(xt), jnp.zeros_like(wt), jnp.zeros_like(bt)
+
+
+_per_token.defvjp(_per_token_fwd, _per_token_bwd)
+
+
+def divergence(student_hidden: jax.Array, student_weight: jax.Array, student_bias: jax.Array | None,
+               teacher_hidden: jax.Array, teacher_weight: jax.Array, teacher_bias: jax.Array | None, *,
+               beta: float, temperature: float = 1.0, student_scale: float = 1.0,
+               student_soft_cap: float | None = None, teacher_scale: float = 1.0,
+               teacher_soft_cap: float | None = None) -> tuple[jax.Array, jax.Array]:
+    """TRL's `ChunkedDivergenceFunction` in JAX: per token (divergence, the student's entropy), float32
+    [rows] each, differentiable in the student's hidden states, weight and bias (the package docstring
+    has the math)."""
+    return per_token(student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias,
+                     setting(beta, temperature, student_scale, student_soft_cap, teacher_scale, teacher_soft_cap))

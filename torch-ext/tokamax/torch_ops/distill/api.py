@@ -1,0 +1,41 @@
+"""`distillation_divergence`, what users call: TRL's `ChunkedDivergenceFunction` contract on Torch
+tensors (argument checks, each model's logit map from its numbers)."""
+
+from __future__ import annotations
+
+import torch
+
+from ... import distill
+from .. import _checks
+from .custom_ops import OP, distill_divergence_op
+
+
+def distillation_divergence(student_hidden: torch.Tensor, student_weight: torch.Tensor,
+                            student_bias: torch.Tensor | None, teacher_hidden: torch.Tensor,
+                            teacher_weight: torch.Tensor, teacher_bias: torch.Tensor | None, *, beta: float,
+                            temperature: float = 1.0, student_logit_scale: float = 1.0,
+                            student_soft_cap: float | None = None, teacher_logit_scale: float = 1.0,
+                            teacher_soft_cap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token (divergence, the student's entropy), float32 [rows] each, from both models' hidden states
+    and heads without forming either model's logits (`tokamax.distill`: beta 0 KL(teacher || student),
+    1 KL(student || teacher), between the generalized JSD with mixture (1 - beta) p_s + beta p_t).
+    Differentiable in the student's hidden states, weight and bias; the entropy and the teacher pass no
+    gradient. Each model's hidden states and weight share a dtype (bf16 or f32; the two models may
+    differ), the hidden sizes may differ, the vocabulary and rows may not."""
+    tensors = dict(student_hidden=student_hidden, student_weight=student_weight, student_bias=student_bias,
+                   teacher_hidden=teacher_hidden, teacher_weight=teacher_weight, teacher_bias=teacher_bias)
+    _checks.tensors(OP, ("student_bias", "teacher_bias"), **tensors)
+    for model in ("student", "teacher"):
+        for name in (f"{model}_bias",):
+            if tensors[name] is not None and not tensors[name].is_floating_point():
+                raise TypeError(f"tokamax {OP}: {name} must be a floating-point tensor, got {tensors[name].dtype}")
+    try:
+        setting = distill.setting(beta, temperature, student_logit_scale, student_soft_cap, teacher_logit_scale,
+                                  teacher_soft_cap)
+        distill.check(student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias)
+    except (TypeError, ValueError) as e:
+        raise type(e)(str(e).replace("tokamax distill", f"tokamax {OP}")) from None
+    s, t = setting.student, setting.teacher
+    out = distill_divergence_op(*(None if v is None else v.contiguous() for v in tensors.values()), setting.beta,
+                                s.pre, s.tanh, s.post, t.pre, t.tanh, t.post)
+    return out[0], out[1]
