@@ -40,8 +40,8 @@ class Blocks:
     rows: int
     vocab: int
 
-    def kernel_vmem_bytes(self, kernel: str, hidden: int, itemsize: int) -> int:
-        """What `kernel` (one of `KERNELS`) holds in VMEM at these blocks."""
+    def kernel_vmem_bytes(self, kernel: str, hidden: int, itemsize: int, *, transposed: bool = False) -> int:
+        """What `kernel` (one of `KERNELS`) holds in VMEM at these blocks (`transposed`: on x.T and w.T)."""
         r, v, h, s = self.rows, self.vocab, hidden, itemsize
         held = 2 * (r + v) * h * s + TEMPORARIES * r * v * 4 + RESERVE_PER_ROW * r  # x and w blocks, double-buffered
         if kernel == "forward":
