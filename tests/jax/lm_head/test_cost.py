@@ -103,3 +103,20 @@ def test_each_kernel_declares_the_models_estimate(kernel, emulation, which, soft
     model = getattr(lm_head.cost, which)(rows, hidden, vocab, 2, blocks, soft_cap=soft_cap)
     assert (got["flops"], got["transcendentals"], got["bytes_accessed"]) == (
         model.flops, model.transcendentals, model.bytes_accessed)
+
+
+def test_the_transposed_kernels_cost_the_same_bytes_and_flops(kernel):
+    """On x.T and w.T every kernel reads and writes the same bytes and does the same flops; only the
+    backward's second matmul changes shape (dx.T = w.T G.T, dw.T = x.T G)."""
+    lm_head = kernel.lm_head
+    rows, hidden, vocab, blocks = 1024, 2880, 2000, lm_head.Blocks(256, 512)
+    plain = lm_head.cost.costs(rows, hidden, vocab, 2, blocks)
+    flipped = lm_head.cost.costs(rows, hidden, vocab, 2, blocks, transposed=True)
+    for name in KERNELS:
+        a, b = plain[name], flipped[name]
+        assert (a.grid, a.flops, a.transcendentals, a.bytes_read, a.bytes_written) == \
+            (b.grid, b.flops, b.transcendentals, b.bytes_read, b.bytes_written), name
+        assert b.vmem_bytes == blocks.kernel_vmem_bytes(name, hidden, 2, transposed=True)
+    assert flipped["forward"].matmuls == plain["forward"].matmuls
+    assert flipped["backward_x"].matmuls[1] == (hidden, 256, 512)
+    assert flipped["backward_w"].matmuls[1] == (hidden, 512, 256)

@@ -5,7 +5,8 @@ temperature), at sizes off the lanes (the masked vocabulary columns, the padded 
 ties for top-1; padded rows at logits that overflow e^z; the entropy of confident rows (logits ~40)
 within float32's own bound; targets outside the vocabulary (refused on the host, NaN rows traced);
 lowered for v5e, v6e and v7x (one kernel forward, two backward, no [rows, vocab] array in the
-module); the block choice within VMEM, and the refusal of what cannot fit."""
+module); the block choice within VMEM, and the refusal of what cannot fit; the kernels on x.T and w.T
+(a hidden size off the lanes) as exact as on x and w."""
 
 from __future__ import annotations
 
@@ -199,17 +200,22 @@ def test_plans_pad_rows_once_and_refuse_what_cannot_fit(kernel, emulation):
         lm_head.plan.choose(16384, 131072, 151936, 2, v7x)
 
 
+@pytest.mark.parametrize(("hidden", "transposed"), [(128, False), (192, True)], ids=["x-w", "transposed"])
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
-def test_wide_blocks_over_an_odd_vocabulary_read_the_last_block_in_place(kernel, emulation, dtype):
+def test_wide_blocks_over_an_odd_vocabulary_read_the_last_block_in_place(kernel, emulation, dtype, hidden,
+                                                                         transposed):
     """Each kernel its own blocks, 512-wide vocabulary blocks over a vocabulary of 1,000 (the last block 24
     columns past the weight, NaN in interpret mode): every statistic and gradient as float64's, so nothing
-    past the vocabulary enters a sum, wins top-1 or reaches dx, dw or db."""
+    past the vocabulary enters a sum, wins top-1 or reaches dx, dw or db. On x and w, and on x.T and w.T
+    (hidden 192, off the lanes: the last block's columns of w.T past the vocabulary, the padded rows'
+    columns of x.T)."""
     lm_head = kernel.lm_head
-    rows, hidden, vocab = 300, 128, 1000
+    rows, vocab = 300, 1000
     x, w, b, targets = _operands(rows, hidden, vocab, seed=11, dtype=dtype)
     targets[:4] = [vocab - 1, vocab - 24, 0, 511]
     blocks = lm_head.Blocks
-    plan = lm_head.Plan(512, blocks(256, 512), blocks(512, 512), blocks(128, 1024))
+    plan = lm_head.Plan(512, blocks(256, 512), blocks(512, 512), blocks(128, 1024), transposed)
+    assert lm_head.plan.transposed(hidden) == transposed
     t = lm_head.LogitTransform.of(scale=1.5, soft_cap=3.0, temperature=0.7)
     r = np.random.default_rng(2)
     cotangents = [r.standard_normal(rows).astype(np.float32) for _ in range(4)]
@@ -239,6 +245,29 @@ def test_wide_blocks_over_an_odd_vocabulary_read_the_last_block_in_place(kernel,
         assert (np.abs(got - expected) <= bound).all(), (name, float((np.abs(got - expected) / bound).max()))
 
 
+def test_the_kernels_run_on_the_transposes_where_the_hidden_size_is_off_the_lanes(kernel, emulation):
+    """hidden 2880 (gpt-oss's; the TPU keeps such arrays column-major): the plan is transposed, each kernel is
+    its `_t` variant in the lowered module, and the step's gradients come back as [rows, hidden] and [vocab,
+    hidden]; hidden 4096 keeps x and w as they are."""
+    lm_head = kernel.lm_head
+    with emulation.emulated_chip("v6e"):
+        on = lm_head.cost.chip()
+    assert lm_head.plan.choose(8192, 2880, 201088, 2, on).transposed
+    assert not lm_head.plan.choose(8192, 4096, 201088, 2, on).transposed
+    sd = jax.ShapeDtypeStruct
+    rows, hidden, vocab = 1024, 2880, 201088
+    specs = (sd((rows, hidden), jnp.bfloat16), sd((vocab, hidden), jnp.bfloat16), sd((vocab,), jnp.float32),
+             sd((rows,), jnp.int32))
+
+    def step(x, w, b, t):  # noqa: ANN001, ANN202
+        return jax.grad(lambda x, w: lm_head.statistics(x, w, b, t).lse.sum(), argnums=(0, 1))(x, w)
+
+    module = _lower(kernel, emulation, "v6e", step, *specs)
+    names = re.findall(r"tokamax_lm_head_(fwd|dx|dw)_r\d+_v\d+(_t)?", module)
+    assert sorted({n for n, _ in names}) == ["dw", "dx", "fwd"] and all(t == "_t" for _, t in names), names
+    assert re.search(rf"-> \(tensor<{rows}x{hidden}xbf16>.*tensor<{vocab}x{hidden}xbf16>", module)
+
+
 # libtpu's "Program vmem requirement" (MiB, spill slots included) of one kernel alone at (rows block, vocabulary
 # block, hidden) in bf16, read from its out-of-VMEM errors on v7x (tools/tpu_compile; issue 43).
 COMPILER_VMEM_MIB = [("backward_w", 128, 128, 32768, 72.04), ("backward_x", 128, 128, 32768, 72.03),
@@ -246,6 +275,30 @@ COMPILER_VMEM_MIB = [("backward_w", 128, 128, 32768, 72.04), ("backward_x", 128,
                      ("backward_x", 512, 128, 16384, 109.02), ("backward_x", 128, 512, 16384, 72.08),
                      ("backward_w", 512, 1024, 8192, 122.28), ("backward_x", 512, 1024, 8192, 98.42),
                      ("forward", 512, 1024, 16384, 112.80), ("forward", 512, 128, 32768, 80.52)]
+
+
+# The same on x.T and w.T (`kernels`' transposed variant; the hidden sizes off the lanes where they apply).
+COMPILER_VMEM_MIB_TRANSPOSED = [
+    ("backward_x", 128, 128, 32704, 63.98), ("backward_w", 128, 128, 32704, 63.98),
+    ("backward_x", 512, 128, 16320, 104.74), ("backward_w", 128, 512, 16320, 104.03),
+    ("backward_x", 256, 1024, 8192, 77.76), ("backward_x", 512, 512, 8192, 77.96),
+    ("backward_x", 512, 1024, 8192, 106.44), ("backward_w", 512, 1024, 8192, 126.31),
+    ("backward_x", 512, 2048, 8192, 155.45), ("backward_w", 512, 2048, 8192, 223.41),
+    ("backward_x", 1024, 1024, 8192, 161.61), ("backward_w", 1024, 1024, 8192, 164.17),
+    ("forward", 1024, 1024, 8192, 81.98), ("forward", 1024, 2048, 4096, 64.70), ("forward", 512, 2048, 8192, 90.85),
+    ("forward", 512, 1024, 16320, 112.44), ("forward", 512, 128, 32704, 80.75)]
+
+
+@pytest.mark.kernels_ci
+def test_the_vmem_estimate_of_the_transposed_kernels_covers_the_compilers_figures(kernel):
+    """Never below what libtpu allocates on x.T and w.T; at the smallest blocks within 15% of it (the
+    estimate keeps the row-major spill libtpu does not make there: `blocks.TRANSPOSED_TEMPORARIES`)."""
+    blocks = kernel.lm_head.blocks
+    for name, rows, vocab, hidden, mib in COMPILER_VMEM_MIB_TRANSPOSED:
+        estimate = blocks.Blocks(rows, vocab).kernel_vmem_bytes(name, hidden, 2, transposed=True) / 2**20
+        assert estimate >= mib, (name, rows, vocab, hidden, estimate, mib)
+        if rows == vocab == 128:
+            assert estimate <= 1.15 * mib, (name, hidden, estimate, mib)
 
 
 @pytest.mark.kernels_ci

@@ -16,7 +16,9 @@ Sizes: `rows` the padded rows the kernels run at (a multiple of `blocks.rows`); 
 rows as stored. The vocabulary axis has ceil(vocab / blocks.vocab) steps; the last block may run past
 the weight (read in place, its extra columns masked): its DMA reads only the rows there are, while
 the MXU works the whole block, so flops count the padded grid and bytes the arrays as they are. The
-bias is padded to the grid (a [1, vocab] float32 copy, not the weight).
+bias is padded to the grid (a [1, vocab] float32 copy, not the weight). `transposed` (the kernels on
+x.T and w.T: `kernels`) reads and writes the same bytes and does the same flops; only the backward's
+second matmul changes shape: dx.T = w.T G.T is (hidden, rows, vocab), dw.T = x.T G (hidden, vocab, rows).
 
 `Chip` holds what a block choice is weighed by (peak bf16 flops, HBM bandwidth, MXU width, VMEM, HBM: libtpu's
 own `get_tpu_info()` figures); `KernelCost.seconds` is the roofline time on it: the larger of the MXU time
@@ -110,43 +112,45 @@ def _check(rows: int, vocab: int, blocks: Blocks) -> tuple[int, int]:
     return rows // blocks.rows, -(-vocab // blocks.vocab)
 
 
-def forward(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False
-            ) -> KernelCost:
+def forward(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False,
+            transposed: bool = False) -> KernelCost:
     nr, nv = _check(rows, vocab, blocks)
     logits = rows * nv * blocks.vocab
     read = (rows * hidden * itemsize + ROW_VECTORS["forward"] * rows * 4  # x, targets: once
             + nr * (vocab * hidden * itemsize + nv * blocks.vocab * F32))  # w and the bias: once per row block
     return KernelCost("forward", (nr, nv), 2 * logits * hidden, logits * (1 + soft_cap) + rows * nv + 2 * rows,
                       read, OUTPUT_VECTORS * rows * F32, ((blocks.rows, blocks.vocab, hidden),),
-                      blocks.kernel_vmem_bytes("forward", hidden, itemsize))
+                      blocks.kernel_vmem_bytes("forward", hidden, itemsize, transposed=transposed))
 
 
-def backward_x(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False
-               ) -> KernelCost:
+def backward_x(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False,
+               transposed: bool = False) -> KernelCost:
     nr, nv = _check(rows, vocab, blocks)
     logits = rows * nv * blocks.vocab
     read = (rows * hidden * itemsize + ROW_VECTORS["backward_x"] * rows * 4  # x, the vectors: once
             + nr * (vocab * hidden * itemsize + nv * blocks.vocab * F32))  # w and the bias: once per row block
     return KernelCost("backward_x", (nr, nv), 4 * logits * hidden, logits * (1 + soft_cap), read,
                       rows * hidden * itemsize,
-                      ((blocks.rows, blocks.vocab, hidden), (blocks.rows, hidden, blocks.vocab)),
-                      blocks.kernel_vmem_bytes("backward_x", hidden, itemsize))
+                      ((blocks.rows, blocks.vocab, hidden),
+                       (hidden, blocks.rows, blocks.vocab) if transposed else (blocks.rows, hidden, blocks.vocab)),
+                      blocks.kernel_vmem_bytes("backward_x", hidden, itemsize, transposed=transposed))
 
 
-def backward_w(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False
-               ) -> KernelCost:
+def backward_w(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False,
+               transposed: bool = False) -> KernelCost:
     nr, nv = _check(rows, vocab, blocks)
     logits = rows * nv * blocks.vocab
     read = (vocab * hidden * itemsize + nv * blocks.vocab * F32  # w and the bias: once
             + nv * (rows * hidden * itemsize + ROW_VECTORS["backward_w"] * rows * 4))  # x, vectors: per vocab block
     return KernelCost("backward_w", (nv, nr), 4 * logits * hidden, logits * (1 + soft_cap), read,
                       vocab * hidden * itemsize + vocab * F32,  # dw, db (as stored: the edge block's rows clipped)
-                      ((blocks.rows, blocks.vocab, hidden), (blocks.vocab, hidden, blocks.rows)),
-                      blocks.kernel_vmem_bytes("backward_w", hidden, itemsize))
+                      ((blocks.rows, blocks.vocab, hidden),
+                       (hidden, blocks.vocab, blocks.rows) if transposed else (blocks.vocab, hidden, blocks.rows)),
+                      blocks.kernel_vmem_bytes("backward_w", hidden, itemsize, transposed=transposed))
 
 
-def costs(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False
-          ) -> dict[str, KernelCost]:
+def costs(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False,
+          transposed: bool = False) -> dict[str, KernelCost]:
     """The three kernels' costs, by name (`blocks.KERNELS`)."""
-    return {f.__name__: f(rows, hidden, vocab, itemsize, blocks, soft_cap=soft_cap)
+    return {f.__name__: f(rows, hidden, vocab, itemsize, blocks, soft_cap=soft_cap, transposed=transposed)
             for f in (forward, backward_x, backward_w)}

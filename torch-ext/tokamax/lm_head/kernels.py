@@ -26,6 +26,14 @@ ceil(vocab / block) steps: the last block runs past the weight's rows where the 
 the vocabulary, and what it reads there is undefined (NaN in interpret mode). Every statistic masks
 those columns with a select (never a product: 0 * NaN is NaN), G is 0 there, and dx's matmul reads
 the block's weight rows past the vocabulary as 0; dw's and db's rows there are never written.
+
+`transposed`: every kernel also takes x.T [hidden, rows] and w.T [hidden, vocab] (blocks (hidden, rows)
+and (hidden, vocab), the logits a contraction over dimension 0 of both) and gives dx.T [hidden, rows]
+= w.T G.T and dw.T [hidden, vocab] = x.T G. Where the hidden size is not a multiple of 128 the TPU
+keeps a [n, hidden] array column-major (no lane padding that way), so its transpose is row-major in
+place: handed the transposes (`stats`), the kernels read and write the caller's arrays without XLA
+transposing a copy of x, w, dx and dw around them (2.3 GiB at gpt-oss's hidden 2880). One kernel body
+each: the flag picks the block specs and the matmuls' dimension numbers.
 """
 
 from __future__ import annotations
@@ -53,14 +61,28 @@ def _params(semantics: tuple[str, ...]) -> pltpu.CompilerParams:
                                 vmem_limit_bytes=vmem_limit(pltpu.get_tpu_info().vmem_capacity_bytes))
 
 
-def _cost(model, x: jax.Array, w: jax.Array, blocks: Blocks, transform: LogitTransform) -> pl.CostEstimate:  # noqa: ANN001
+def _sizes(x: jax.Array, w: jax.Array, transposed: bool) -> tuple[int, int, int]:
+    """(rows, hidden, vocab) of x and w as stored (`transposed`: x.T and w.T)."""
+    return (x.shape[1], x.shape[0], w.shape[1]) if transposed else (x.shape[0], x.shape[1], w.shape[0])
+
+
+def _cost(model, x: jax.Array, w: jax.Array, blocks: Blocks, transform: LogitTransform,  # noqa: ANN001
+          transposed: bool) -> pl.CostEstimate:
     """What the kernel declares to XLA, from `cost` (the grid and block specs below)."""
-    return model(x.shape[0], x.shape[1], w.shape[0], x.dtype.itemsize, blocks, soft_cap=transform.tanh).estimate()
+    rows, hidden, vocab = _sizes(x, w, transposed)
+    return model(rows, hidden, vocab, x.dtype.itemsize, blocks, soft_cap=transform.tanh,
+                 transposed=transposed).estimate()
 
 
-def _logits(x_ref, w_ref, b_ref, transform: LogitTransform) -> tuple[jax.Array, jax.Array]:  # noqa: ANN001
-    """(z, dz/dl) of this step's block, float32 [rows, vocab]."""
-    raw = jax.lax.dot_general(x_ref[...], w_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+def _contract(a: jax.Array, b: jax.Array, dims: tuple[int, int]) -> jax.Array:
+    """a and b contracted over dimension dims[0] of a and dims[1] of b, in float32."""
+    return jax.lax.dot_general(a, b, (((dims[0],), (dims[1],)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _logits(x_ref, w_ref, b_ref, transform: LogitTransform, transposed: bool  # noqa: ANN001
+            ) -> tuple[jax.Array, jax.Array]:
+    """(z, dz/dl) of this step's block, float32 [rows, vocab]: x w.T, or (x.T).T (w.T)."""
+    raw = _contract(x_ref[...], w_ref[...], (0, 0) if transposed else (1, 1))
     return transform(raw + b_ref[...])
 
 
@@ -68,17 +90,18 @@ def _columns(shape: tuple[int, int], block: int, j: jax.Array) -> jax.Array:
     return jax.lax.broadcasted_iota(jnp.int32, shape, 1) + j * block
 
 
-def _vocab_steps(w: jax.Array, blocks: Blocks, true_vocab: int) -> tuple[int, bool]:
-    """(vocabulary grid steps, whether any column of the grid is past `true_vocab`)."""
-    nv = -(-w.shape[0] // blocks.vocab)
+def _vocab_steps(vocab: int, blocks: Blocks, true_vocab: int) -> tuple[int, bool]:
+    """(vocabulary grid steps over the weight's `vocab` rows, whether any column of the grid is past
+    `true_vocab`)."""
+    nv = -(-vocab // blocks.vocab)
     return nv, true_vocab != nv * blocks.vocab
 
 
 def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, transform: LogitTransform,
-            blocks: Blocks, true_vocab: int) -> tuple[jax.Array, ...]:
+            blocks: Blocks, true_vocab: int, transposed: bool = False) -> tuple[jax.Array, ...]:
     """The six per-row outputs (`OUTPUTS`), float32 [rows] each."""
-    rows, hidden = x.shape
-    nv, masked = _vocab_steps(w, blocks, true_vocab)
+    rows, hidden, vocab = _sizes(x, w, transposed)
+    nv, masked = _vocab_steps(vocab, blocks, true_vocab)
 
     def kernel(t_ref, x_ref, w_ref, b_ref, lse_ref, zt_ref, ent_ref, lsq_ref, sum_ref, top_ref,  # noqa: ANN001
                m_s, s_s, sd_s, sq_s, before_s) -> None:  # noqa: ANN001
@@ -91,7 +114,7 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tra
             for ref in (s_s, sd_s, sq_s, zt_ref, sum_ref):
                 ref[...] = jnp.zeros_like(ref)
 
-        z, _ = _logits(x_ref, w_ref, b_ref, transform)
+        z, _ = _logits(x_ref, w_ref, b_ref, transform, transposed)
         col = _columns(z.shape, blocks.vocab, j)
         target = t_ref[...][:, None]
         valid = col < true_vocab
@@ -131,21 +154,22 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tra
     return pl.pallas_call(
         kernel,
         grid=(rows // blocks.rows, nv),
-        in_specs=_operand_specs(blocks, hidden, 1, rows_first=True),  # targets, x, w, b
+        in_specs=_operand_specs(blocks, hidden, 1, rows_first=True, transposed=transposed),  # targets, x, w, b
         out_specs=[row] * len(OUTPUTS),
         out_shape=[vector] * len(OUTPUTS),
         scratch_shapes=scratch,
         compiler_params=_params(("parallel", "arbitrary")),
-        cost_estimate=_cost(cost.forward, x, w, blocks, transform),
-        name=f"tokamax_lm_head_fwd_r{blocks.rows}_v{blocks.vocab}",
+        cost_estimate=_cost(cost.forward, x, w, blocks, transform, transposed),
+        name=f"tokamax_lm_head_fwd{_suffix(blocks, transposed)}",
     )(targets, x, w, b)
 
 
 def _gradient_block(x_ref, w_ref, b_ref, t_ref, lse_ref, a_ref, bz_ref, c_ref, d_ref, j,  # noqa: ANN001
-                    *, transform: LogitTransform, block: int, true_vocab: int | None) -> jax.Array:
+                    *, transform: LogitTransform, block: int, true_vocab: int | None, transposed: bool
+                    ) -> jax.Array:
     """G = d(loss)/d(raw logits) of this step's block, float32 [rows, vocab]; 0 in the columns past
     `true_vocab` (None: none are)."""
-    z, dz = _logits(x_ref, w_ref, b_ref, transform)
+    z, dz = _logits(x_ref, w_ref, b_ref, transform, transposed)
     col = _columns(z.shape, block, j)
     log_p = jnp.maximum(z - lse_ref[...][:, None], LOG_P_FLOOR)
     p = jnp.exp(log_p)
@@ -155,26 +179,44 @@ def _gradient_block(x_ref, w_ref, b_ref, t_ref, lse_ref, a_ref, bz_ref, c_ref, d
     return g if true_vocab is None else jnp.where(col < true_vocab, g, 0.0)
 
 
-def _operand_specs(blocks: Blocks, hidden: int, vectors: int, rows_first: bool) -> list[pl.BlockSpec]:
+def _suffix(blocks: Blocks, transposed: bool) -> str:
+    return f"_r{blocks.rows}_v{blocks.vocab}" + ("_t" if transposed else "")
+
+
+def _along(block: int, hidden: int, transposed: bool, index):  # noqa: ANN001, ANN202
+    """(block shape, index map) of x's or w's blocks of `block` rows over the whole hidden size, or of
+    their transposes' `block` columns; `index(i, j)` the block's number along the rows or vocabulary."""
+    if transposed:
+        return (hidden, block), lambda i, j: (0, index(i, j))
+    return (block, hidden), lambda i, j: (index(i, j), 0)
+
+
+def _operand_specs(blocks: Blocks, hidden: int, vectors: int, rows_first: bool, transposed: bool
+                   ) -> list[pl.BlockSpec]:
     """`vectors` per-row vectors, then x, w and the bias, blocked for a grid of (row blocks, vocabulary
     blocks) or, with `rows_first` False, (vocabulary blocks, row blocks)."""
     def at(index):  # noqa: ANN001, ANN202 - index(i, j) of the row and vocabulary block, in the grid's order
         return (lambda i, j: index(i, j)) if rows_first else (lambda j, i: index(i, j))
 
+    x_shape, x_index = _along(blocks.rows, hidden, transposed, lambda i, j: i)
+    w_shape, w_index = _along(blocks.vocab, hidden, transposed, lambda i, j: j)
     return [*(pl.BlockSpec((blocks.rows,), at(lambda i, j: (i,))) for _ in range(vectors)),
-            pl.BlockSpec((blocks.rows, hidden), at(lambda i, j: (i, 0))),
-            pl.BlockSpec((blocks.vocab, hidden), at(lambda i, j: (j, 0))),
+            pl.BlockSpec(x_shape, at(x_index)),
+            pl.BlockSpec(w_shape, at(w_index)),
             pl.BlockSpec((1, blocks.vocab), at(lambda i, j: (0, j)))]
 
 
 def backward_x(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse: jax.Array, a: jax.Array,
                bz: jax.Array, c: jax.Array, d: jax.Array, *, transform: LogitTransform, blocks: Blocks,
-               true_vocab: int) -> jax.Array:
-    """dx [rows, hidden] in x's dtype: G @ w, accumulated in float32 over the vocabulary blocks."""
-    rows, hidden = x.shape
-    nv, masked = _vocab_steps(w, blocks, true_vocab)
+               true_vocab: int, transposed: bool = False) -> jax.Array:
+    """dx [rows, hidden] in x's dtype: G @ w, accumulated in float32 over the vocabulary blocks
+    (`transposed`: dx.T [hidden, rows] = w.T G.T)."""
+    rows, hidden, vocab = _sizes(x, w, transposed)
+    nv, masked = _vocab_steps(vocab, blocks, true_vocab)
     grad = functools.partial(_gradient_block, transform=transform, block=blocks.vocab,
-                             true_vocab=true_vocab if masked else None)
+                             true_vocab=true_vocab if masked else None, transposed=transposed)
+    vocab_axis = 1 if transposed else 0  # of w's block
+    out_shape, out_index = _along(blocks.rows, hidden, transposed, lambda i, j: i)
 
     def kernel(t_ref, lse_ref, a_ref, b_ref_, c_ref, d_ref, x_ref, w_ref, bias_ref, dx_ref, acc):  # noqa: ANN001
         j = pl.program_id(1)
@@ -186,9 +228,10 @@ def backward_x(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
         g = grad(x_ref, w_ref, bias_ref, t_ref, lse_ref, a_ref, b_ref_, c_ref, d_ref, j)
         w = w_ref[...]
         if masked:  # the weight rows past the vocabulary are undefined: 0 there, so that G @ w stays finite
-            w = jnp.where(jax.lax.broadcasted_iota(jnp.int32, w.shape, 0) + j * blocks.vocab < true_vocab, w, 0)
-        acc[...] += jax.lax.dot_general(g.astype(w.dtype), w, (((1,), (0,)), ((), ())),
-                                        preferred_element_type=jnp.float32)
+            vocab_index = jax.lax.broadcasted_iota(jnp.int32, w.shape, vocab_axis) + j * blocks.vocab
+            w = jnp.where(vocab_index < true_vocab, w, 0)
+        g = g.astype(w.dtype)
+        acc[...] += _contract(w, g, (1, 1)) if transposed else _contract(g, w, (1, 0))
 
         @pl.when(j == nv - 1)
         def _finish() -> None:
@@ -197,27 +240,28 @@ def backward_x(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
     return pl.pallas_call(
         kernel,
         grid=(rows // blocks.rows, nv),
-        in_specs=_operand_specs(blocks, hidden, 6, rows_first=True),  # targets, lse, a, b, c, d, x, w, b
-        out_specs=pl.BlockSpec((blocks.rows, hidden), lambda i, j: (i, 0)),
+        # targets, lse, a, b, c, d, x, w, b
+        in_specs=_operand_specs(blocks, hidden, 6, rows_first=True, transposed=transposed),
+        out_specs=pl.BlockSpec(out_shape, out_index),
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        scratch_shapes=[pltpu.VMEM((blocks.rows, hidden), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM(out_shape, jnp.float32)],
         compiler_params=_params(("parallel", "arbitrary")),
-        cost_estimate=_cost(cost.backward_x, x, w, blocks, transform),
-        name=f"tokamax_lm_head_dx_r{blocks.rows}_v{blocks.vocab}",
+        cost_estimate=_cost(cost.backward_x, x, w, blocks, transform, transposed),
+        name=f"tokamax_lm_head_dx{_suffix(blocks, transposed)}",
     )(targets, lse, a, bz, c, d, x, w, b)
 
 
 def backward_w(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse: jax.Array, a: jax.Array,
                bz: jax.Array, c: jax.Array, d: jax.Array, *, transform: LogitTransform, blocks: Blocks,
-               true_vocab: int) -> tuple[jax.Array, jax.Array]:
+               true_vocab: int, transposed: bool = False) -> tuple[jax.Array, jax.Array]:
     """(dw [vocab, hidden] in w's dtype, db float32 [1, vocab]): G.T @ x and G's column sums,
-    accumulated in float32 over the row blocks."""
-    rows, hidden = x.shape
-    vocab = w.shape[0]
+    accumulated in float32 over the row blocks (`transposed`: dw.T [hidden, vocab] = x.T G)."""
+    rows, hidden, vocab = _sizes(x, w, transposed)
     nr = rows // blocks.rows
-    nv, masked = _vocab_steps(w, blocks, true_vocab)
+    nv, masked = _vocab_steps(vocab, blocks, true_vocab)
     grad = functools.partial(_gradient_block, transform=transform, block=blocks.vocab,
-                             true_vocab=true_vocab if masked else None)
+                             true_vocab=true_vocab if masked else None, transposed=transposed)
+    out_shape, out_index = _along(blocks.vocab, hidden, transposed, lambda i, j: j)
 
     def kernel(t_ref, lse_ref, a_ref, b_ref_, c_ref, d_ref, x_ref, w_ref, bias_ref, dw_ref, db_ref,  # noqa: ANN001
                acc, bias_acc) -> None:  # noqa: ANN001
@@ -229,8 +273,8 @@ def backward_w(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
             bias_acc[...] = jnp.zeros_like(bias_acc)
 
         g = grad(x_ref, w_ref, bias_ref, t_ref, lse_ref, a_ref, b_ref_, c_ref, d_ref, j)
-        acc[...] += jax.lax.dot_general(g.astype(x_ref.dtype), x_ref[...], (((0,), (0,)), ((), ())),
-                                        preferred_element_type=jnp.float32)
+        g_in, x = g.astype(x_ref.dtype), x_ref[...]
+        acc[...] += _contract(x, g_in, (1, 0)) if transposed else _contract(g_in, x, (0, 0))
         bias_acc[...] += jnp.sum(g, axis=0, keepdims=True)
 
         @pl.when(i == nr - 1)
@@ -241,12 +285,12 @@ def backward_w(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
     return pl.pallas_call(
         kernel,
         grid=(nv, nr),
-        in_specs=_operand_specs(blocks, hidden, 6, rows_first=False),
-        out_specs=[pl.BlockSpec((blocks.vocab, hidden), lambda j, i: (j, 0)),
+        in_specs=_operand_specs(blocks, hidden, 6, rows_first=False, transposed=transposed),
+        out_specs=[pl.BlockSpec(out_shape, lambda j, i: out_index(i, j)),
                    pl.BlockSpec((1, blocks.vocab), lambda j, i: (0, j))],
         out_shape=[jax.ShapeDtypeStruct(w.shape, w.dtype), jax.ShapeDtypeStruct((1, vocab), jnp.float32)],
-        scratch_shapes=[pltpu.VMEM((blocks.vocab, hidden), jnp.float32), pltpu.VMEM((1, blocks.vocab), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM(out_shape, jnp.float32), pltpu.VMEM((1, blocks.vocab), jnp.float32)],
         compiler_params=_params(("parallel", "arbitrary")),
-        cost_estimate=_cost(cost.backward_w, x, w, blocks, transform),
-        name=f"tokamax_lm_head_dw_r{blocks.rows}_v{blocks.vocab}",
+        cost_estimate=_cost(cost.backward_w, x, w, blocks, transform, transposed),
+        name=f"tokamax_lm_head_dw{_suffix(blocks, transposed)}",
     )(targets, lse, a, bz, c, d, x, w, b)

@@ -18,6 +18,11 @@ backward their lse is +inf, so their p is exactly 0 whatever their logits transf
 make p = e^z, which overflows at a bias of 10 and a temperature of 0.1), the bias (float32 [vocab]) to
 the widest vocabulary grid. The weight is never copied (the kernels read the vocabulary's last block in
 place and mask it), except a weight of fewer than 128 rows, padded to 128.
+
+Layout: where the hidden size is not a multiple of 128 (`plan.transposed`) the kernels get x.T and w.T
+and give dx.T and dw.T, transposed back here: on a TPU, whose default layout of such an array is
+column-major, each of those transposes is a bitcast, not a copy (gpt-oss's hidden 2880: 2.3 GiB of
+copies otherwise). Elsewhere they get x and w as they are.
 """
 
 from __future__ import annotations
@@ -72,14 +77,17 @@ def _check(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array) 
 
 def _padded(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, plan: plans.Plan
             ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """x, w (both transposed where `plan.transposed`), the bias [1, grid] and targets as the kernels take them."""
     rows, vocab = x.shape[0], w.shape[0]
     extra_rows = plan.rows - rows
     grid_vocab = max(round_up(vocab, plan[k].vocab) for k in KERNELS)
     bias = jnp.zeros((vocab,), jnp.float32) if b is None else b.astype(jnp.float32)
     if vocab < LANES:  # a weight narrower than one block: the only one copied
         w = jnp.pad(w, ((0, LANES - vocab), (0, 0)))
-    return (jnp.pad(x, ((0, extra_rows), (0, 0))), w, jnp.pad(bias, (0, grid_vocab - vocab))[None],
-            jnp.pad(targets.astype(jnp.int32), (0, extra_rows)))
+    x = jnp.pad(x, ((0, extra_rows), (0, 0)))
+    if plan.transposed:
+        x, w = x.T, w.T
+    return x, w, jnp.pad(bias, (0, grid_vocab - vocab))[None], jnp.pad(targets.astype(jnp.int32), (0, extra_rows))
 
 
 def _row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
@@ -87,7 +95,8 @@ def _row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Arr
     """The kernels' statistics, the rows of out-of-range targets NaN."""
     plan = plan or plan_for(x, w)
     xp, wp, bp, tp = _padded(x, w, b, targets, plan)
-    out = kernels.forward(xp, wp, bp, tp, transform=transform, blocks=plan.forward, true_vocab=w.shape[0])
+    out = kernels.forward(xp, wp, bp, tp, transform=transform, blocks=plan.forward, true_vocab=w.shape[0],
+                          transposed=plan.transposed)
     return RowStats(*target_checks.nan_rows([o[:x.shape[0]] for o in out], targets, w.shape[0]))
 
 
@@ -123,16 +132,19 @@ def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.
     xp, wp, bp, tp = _padded(x, w, b, targets, plan)
     partial = RowStats(lse, None, entropy, None, None, None)
     coeffs = coefficients(partial, *(g.astype(jnp.float32) for g in (d_lse, d_target, d_entropy, d_sum)))
-    extra = xp.shape[0] - rows
+    extra = plan.rows - rows
     # padded rows and those of out-of-range targets: lse +inf (p exactly 0, whatever their logits), 0 coefficients
     lse, coeffs = target_checks.dropped(lse.astype(jnp.float32), coeffs, targets, vocab)
     row_in = [jnp.pad(lse, (0, extra), constant_values=jnp.inf), *(jnp.pad(v, (0, extra)) for v in coeffs)]
-    dx = kernels.backward_x(xp, wp, bp, tp, *row_in, transform=transform, blocks=plan.backward_x, true_vocab=vocab)
+    flip = plan.transposed
+    dx = kernels.backward_x(xp, wp, bp, tp, *row_in, transform=transform, blocks=plan.backward_x, true_vocab=vocab,
+                            transposed=flip)
+    dx = (dx.T if flip else dx)[:rows]
     if not weight_grad:
-        return dx[:rows], None, None
+        return dx, None, None
     dw, db = kernels.backward_w(xp, wp, bp, tp, *row_in, transform=transform, blocks=plan.backward_w,
-                                true_vocab=vocab)
-    return dx[:rows], dw[:vocab], db[0, :vocab]
+                                true_vocab=vocab, transposed=flip)
+    return dx, (dw.T if flip else dw)[:vocab], db[0, :vocab]
 
 
 def statistics(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array,
