@@ -1,0 +1,116 @@
+"""`python3 -m tools.chip {check,bench,sweep,all} --out DIR [--commit SHA] [--only OP,...]`: see the package."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from . import load
+from .measure import measure
+from .results import ResultsFile, header
+
+
+def _peaks(out: ResultsFile) -> float:
+    """The chip's practical matmul peak (a bf16 8192-cube dot) and HBM bandwidth (a 2 GiB scaled copy)."""
+    a = jnp.ones((8192, 8192), jnp.bfloat16)
+    m = measure(lambda a: a @ a, (a,))
+    flops = 2 * 8192**3 / m.median_s
+    x = jnp.ones((1 << 30,), jnp.bfloat16)
+    c = measure(lambda x: x * 2, (x,))
+    bandwidth = 2 * x.nbytes / c.median_s
+    out.set("peaks", {"matmul_flops": flops, "matmul_median_s": m.median_s, "hbm_bytes_per_s": bandwidth,
+                      "copy_median_s": c.median_s})
+    print(f"peaks: bf16 8192-cube matmul {flops / 1e12:.1f} TFLOP/s, HBM copy {bandwidth / 1e9:.0f} GB/s", flush=True)
+    del a, x
+    return flops
+
+
+def _bench(tk, out: ResultsFile, modules: list, jobs: int, runs: int) -> None:  # noqa: ANN001
+    from .run import run
+
+    peak = _peaks(out)
+    workloads = [w for module in modules for w in module.workloads(tk)]
+
+    def record(w, m, compile_s, error) -> None:  # noqa: ANN001
+        r = {"op": w.op, "case": w.case, "impl": w.impl, "pass": w.pass_, "flops": w.flops,
+             "compile_s": round(compile_s, 2)}
+        if m is None:
+            r |= {"median_s": None, "error": error}
+            print(f"{w.op} | {w.case} | {w.impl} | {w.pass_}: {error}", flush=True)
+        else:
+            r |= {"median_s": m.median_s, "min_s": m.min_s, "max_s": m.max_s, "runs": m.runs,
+                  "tflops": w.flops / m.median_s / 1e12, "peak_fraction": w.flops / m.median_s / peak,
+                  "temp_bytes": m.temp_bytes, "peak_bytes": m.peak_bytes}
+            print(f"{w.op} | {w.case} | {w.impl} | {w.pass_}: {m.median_s * 1e3:.2f} ms "
+                  f"({m.min_s * 1e3:.2f}-{m.max_s * 1e3:.2f}), {r['tflops']:.0f} TFLOP/s, "
+                  f"{m.peak_bytes / 2**30:.2f} GiB, compile {compile_s:.1f} s", flush=True)
+        out.add(r)
+
+    run(workloads, record, jobs=jobs, runs=runs)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m tools.chip")
+    parser.add_argument("what", choices=("check", "bench", "sweep", "all"))
+    parser.add_argument("--out", type=Path, default=Path("build/chip"))
+    parser.add_argument("--commit", default=os.environ.get("TOKAMAX_COMMIT", "unknown"))
+    parser.add_argument("--only", default="", help="bench: comma-separated workload modules (attention,moe,lm_head)")
+    parser.add_argument("--jobs", type=int, default=6, help="compiles at a time")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--bundle", type=Path, default=load.BUNDLE)
+    args = parser.parse_args(argv)
+    if jax.default_backend() != "tpu":
+        print(f"tools.chip: JAX's backend is {jax.default_backend()!r}, not a TPU: the chip tier runs on a TPU host")
+        return 2
+    tk = load.package(args.bundle)
+    status = 0
+    if args.what in ("check", "all"):
+        from .check import outcomes
+
+        out = ResultsFile(args.out / "check.json", header(args.commit, "check"))
+        counts: dict[str, int] = {}
+        for o in outcomes(tk):
+            counts[o.status] = counts.get(o.status, 0) + 1
+            out.add({"name": o.name, "status": o.status, "detail": o.detail, "seconds": round(o.seconds, 2)})
+            print(f"{o.status:8s} {o.name} ({o.seconds:.1f} s) {o.detail}", flush=True)
+        out.set("summary", counts)
+        print(f"chip check: {counts}", flush=True)
+        status |= counts.get("failed", 0) > 0
+    if args.what in ("bench", "all"):
+        from .workloads import attention, lm_head, moe
+
+        chosen = {"attention": attention, "moe": moe, "lm_head": lm_head}
+        names = [n for n in args.only.split(",") if n] or list(chosen)
+        out = ResultsFile(args.out / "bench.json", header(args.commit, "bench"))
+        _bench(tk, out, [chosen[n] for n in names], args.jobs, args.runs)
+    if args.what == "sweep":
+        from . import sweep
+        from .run import run
+
+        out = ResultsFile(args.out / "sweep.json", header(args.commit, "sweep"))
+
+        def record(w, m, compile_s, error) -> None:  # noqa: ANN001
+            r = {"op": w.op, "case": w.case, "impl": w.impl, "pass": w.pass_, "compile_s": round(compile_s, 2),
+                 "median_s": None if m is None else m.median_s}
+            if m is None:
+                r["error"] = error
+            else:
+                r["tflops"] = w.flops / m.median_s / 1e12
+            said = r.get("error") or f"{r['median_s'] * 1e3:.2f} ms, {r['tflops']:.0f} TFLOP/s"
+            print(f"{w.op} | {w.case} | {w.impl}: {said}", flush=True)
+            out.add(r)
+
+        start = time.perf_counter()
+        run(sweep.workloads(tk), record, jobs=args.jobs, runs=min(args.runs, 5), warmup=1)
+        print(f"sweep: {time.perf_counter() - start:.0f} s", flush=True)
+    return int(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

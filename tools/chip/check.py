@@ -1,0 +1,225 @@
+"""The chip tier's checks: every kernel family compiled and run on the chip against an independent
+reference computed on the host's CPU (float32, or float64 for our own kernels).
+
+- The JAX tier's cases (tests/jax/cases: every upstream kernel entry point at the shapes the interpret-mode
+  tests use), against their references, within each case's tolerance; where that tolerance was set for
+  the interpreter's exact float32 and the chip's float32 matmul passes differ, the relative error is
+  reported beside it.
+- Our kernels and the public ops at model-sized shapes: the grouped matmul through `ops.ragged_dot`
+  (forward and both gradients, the package's tiles), splash through `tokamax.splash` (GQA, causal,
+  forward and gradients), the LM head (statistics; the loss and its gradients under both schemes) and
+  distillation's JSD, against float32/float64 references on the CPU: relative error within `RELATIVE`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+RELATIVE = 1e-2
+"""Relative (Frobenius) error allowed at model shapes: bf16 inputs taken exactly by the reference, float32
+accumulation, a bf16 output rounded to 2^-9 of each element (~2e-3 over a tensor), 5x that."""
+
+
+@dataclasses.dataclass
+class Outcome:
+    name: str
+    status: str  # "passed", "failed", "skipped"
+    detail: str = ""
+    seconds: float = 0.0
+
+
+def _cpu() -> Any:
+    return jax.devices("cpu")[0]
+
+
+def _on_cpu(fn: Callable[..., Any], *args: Any) -> Any:
+    with jax.default_device(_cpu()):
+        return jax.device_get(fn(*(jax.device_put(np.asarray(a), _cpu()) if hasattr(a, "shape") else a
+                                   for a in args)))
+
+
+def relative_error(got: Any, want: Any) -> float:
+    g, w = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.linalg.norm(g - w) / max(np.linalg.norm(w), 1e-30))
+
+
+def _jax_tier_cases(tk: ModuleType) -> Iterator[Outcome]:
+    from tests.jax.cases import all_cases, resolver
+
+    get = resolver(f"{tk.__name__}._ported")
+    for case in all_cases():
+        start = time.perf_counter()
+        if case.mesh[1] > 1:
+            yield Outcome(case.id, "skipped", f"needs {case.mesh[1]} devices (this host has one chip)")
+            continue
+        if "v5e" not in case.chips:
+            yield Outcome(case.id, "skipped", f"upstream's kernel is for {', '.join(case.chips)}, not v5e")
+            continue
+        if case.reference is None and case.compare is None:
+            yield Outcome(case.id, "skipped", "the case has no reference (its check is lowering and identity)")
+            continue
+        try:
+            inputs = case.inputs()
+            out = jax.device_get(jax.jit(case.call(get))(*inputs))
+            expected = _on_cpu(case.reference(get), *inputs) if case.reference else None
+            if case.compare:
+                case.compare(out, expected)
+                detail = "its own comparison"
+            else:
+                rtol, atol = case.tolerance
+                errors = []
+                for o, e in zip(jax.tree.leaves(out), jax.tree.leaves(expected), strict=True):
+                    errors.append(relative_error(o, e))
+                    np.testing.assert_allclose(np.asarray(o, np.float32), np.asarray(e, np.float32),
+                                               rtol=rtol, atol=atol)
+                detail = f"rtol {rtol}, atol {atol}; relative error {max(errors):.2e}"
+            yield Outcome(case.id, "passed", detail, time.perf_counter() - start)
+        except Exception as e:  # noqa: BLE001 - each case's outcome is recorded
+            text = "".join(traceback.format_exception_only(e)).strip().splitlines()
+            status = "skipped" if any(s in text[0] for s in ("TensorCoreMesh", "OptLevel")) else "failed"
+            detail = ("needs jax >= 0.11.1: " if status == "skipped" else "") + " | ".join(text[:6])[:900]
+            yield Outcome(case.id, status, detail, time.perf_counter() - start)
+
+
+def _within(name: str, pairs: dict[str, tuple[Any, Any]], start: float, bound: float = RELATIVE) -> Outcome:
+    errors = {k: relative_error(g, w) for k, (g, w) in pairs.items()}
+    worst = max(errors, key=errors.get)
+    status = "passed" if all(np.isfinite(list(errors.values()))) and errors[worst] <= bound else "failed"
+    detail = ", ".join(f"{k} {v:.1e}" for k, v in errors.items()) + f" (bound {bound:g})"
+    return Outcome(name, status, detail, time.perf_counter() - start)
+
+
+def _guarded(name: str, fn: Callable[[], Outcome]) -> Outcome:
+    start = time.perf_counter()
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001
+        text = " | ".join("".join(traceback.format_exception_only(e)).strip().splitlines()[:6])
+        return Outcome(name, "failed", text[:900], time.perf_counter() - start)
+
+
+def _model_shapes(tk: ModuleType) -> Iterator[Outcome]:
+    from .workloads import group_sizes, normal
+
+    def ragged(rows: int, hidden: int, out: int, experts: int) -> Callable[[], Outcome]:
+        def check() -> Outcome:
+            start = time.perf_counter()
+            lhs, rhs = normal(1, (rows, hidden)), normal(2, (experts, hidden, out), scale=hidden ** -0.5)
+            gs, ct = group_sizes(rows, experts), normal(3, (rows, out))
+
+            def loss(f):  # noqa: ANN001, ANN202
+                return lambda a, b, g, c: (f(a, b, g).astype(jnp.float32) * c.astype(jnp.float32)).sum()
+
+            got = jax.jit(lambda *a: (tk.ops.ragged_dot(*a[:3]), jax.grad(loss(tk.ops.ragged_dot), (0, 1))(*a)))(
+                lhs, rhs, gs, ct)
+            def f32(a, b, g):  # noqa: ANN001, ANN202
+                return jax.lax.ragged_dot(a.astype(jnp.float32), b.astype(jnp.float32), g,
+                                          precision=jax.lax.Precision.HIGHEST)
+            want = _on_cpu(lambda *a: (f32(*a[:3]), jax.grad(loss(f32), (0, 1))(*a)), lhs, rhs, gs, ct)
+            return _within(f"ragged_dot at {rows} x {hidden} -> {out}, {experts} experts", {
+                "out": (got[0], want[0]), "dlhs": (got[1][0], want[1][0]), "drhs": (got[1][1], want[1][1])}, start)
+        return check
+
+    def splash(heads: int, kv_heads: int, length: int, dim: int) -> Callable[[], Outcome]:
+        def check() -> Outcome:
+            start = time.perf_counter()
+            q = normal(1, (1, heads, length, dim), scale=dim ** -0.5)
+            k, v, ct = normal(2, (1, kv_heads, length, dim)), normal(3, (1, kv_heads, length, dim)), \
+                normal(4, (1, heads, length, dim))
+            spec = tk.splash.MaskSpec("causal")
+
+            def ours(q, k, v):  # noqa: ANN001, ANN202
+                return tk.splash.attend(q, k, v, None, None, None, spec=spec)[0]
+
+            def reference(q, k, v):  # noqa: ANN001, ANN202
+                q, k, v = (a.astype(jnp.float32) for a in (q, k, v))
+                k, v = (jnp.repeat(a, heads // kv_heads, axis=1) for a in (k, v))
+                s = jnp.einsum("bhqd,bhkd->bhqk", q, k, precision=jax.lax.Precision.HIGHEST)
+                s = jnp.where(jnp.tril(jnp.ones((length, length), bool)), s, -jnp.inf)
+                return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, -1), v, precision=jax.lax.Precision.HIGHEST)
+
+            def both(f):  # noqa: ANN001, ANN202
+                return lambda q, k, v, c: (f(q, k, v), jax.grad(
+                    lambda *a: (f(*a).astype(jnp.float32) * c.astype(jnp.float32)).sum(), (0, 1, 2))(q, k, v))
+
+            got = jax.jit(both(ours))(q, k, v, ct)
+            want = _on_cpu(both(reference), q, k, v, ct)
+            return _within(f"splash causal, {heads}/{kv_heads} heads of {dim}, {length} tokens", {
+                "out": (got[0], want[0]), "dq": (got[1][0], want[1][0]), "dk": (got[1][1], want[1][1]),
+                "dv": (got[1][2], want[1][2])}, start)
+        return check
+
+    def lm_head(rows: int, hidden: int, vocab: int) -> Callable[[], Outcome]:
+        def check() -> Outcome:
+            start = time.perf_counter()
+            x, w = normal(1, (rows, hidden)), normal(2, (vocab, hidden), scale=hidden ** -0.5)
+            t = jax.random.randint(jax.random.key(3), (rows,), 0, vocab, jnp.int32)
+            weights = jnp.where(jnp.arange(rows) % 7 == 3, 0.0, 1.0).astype(jnp.float32)  # some rows ignored
+            x64, w64 = np.asarray(x, np.float64), np.asarray(w, np.float64)  # float64 on the host
+            z = x64 @ w64.T
+            lse = np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1)
+            p = np.exp(z - lse[:, None])
+            zt = z[np.arange(rows), np.asarray(t)]
+            m = np.asarray(weights, np.float64)
+            g = m[:, None] * (p - np.eye(vocab)[np.asarray(t)])
+            want = {"loss": (m * (lse - zt)).sum(), "dx": g @ w64, "dw": g.T @ x64,
+                    "entropy": lse - (p * z).sum(1), "lse": lse}
+            stats = jax.jit(lambda x, w, t: tk.lm_head.row_stats(x, w, None, t))(x, w, t)
+            pairs = {"lse": (stats.lse, want["lse"]), "entropy": (stats.entropy, want["entropy"])}
+            for scheme, chunk in (("kernels", None), ("chunked", 1024)):
+                loss, dx, dw, _ = jax.jit(lambda x, w, t, m, c=chunk: tk.lm_head.fused.loss_and_grads(
+                    x, w, None, t, m, tk.lm_head.IDENTITY, chunk=c))(x, w, t, weights)
+                pairs |= {f"{scheme} loss": (loss, want["loss"]), f"{scheme} dx": (dx, want["dx"]),
+                          f"{scheme} dw": (dw, want["dw"])}
+            return _within(f"lm_head at {rows} rows, hidden {hidden}, vocabulary {vocab}", pairs, start)
+        return check
+
+    def distill(rows: int, hs: int, ht: int, vocab: int) -> Callable[[], Outcome]:
+        def check() -> Outcome:
+            from tests.jax.distill import reference
+
+            start = time.perf_counter()
+            xs, ws = normal(1, (rows, hs), jnp.float32), normal(2, (vocab, hs), jnp.float32, hs ** -0.5)
+            xt, wt = normal(3, (rows, ht), jnp.float32), normal(4, (vocab, ht), jnp.float32, ht ** -0.5)
+            g_div, g_ent = normal(5, (rows,), jnp.float32), normal(6, (rows,), jnp.float32)
+
+            def ours(xs, ws, xt, wt, g_div, g_ent):  # noqa: ANN001, ANN202
+                def loss(xs, ws):  # noqa: ANN001, ANN202
+                    div, ent = tk.distill.divergence(xs, ws, None, xt, wt, None, beta=0.5)
+                    return (div * g_div + ent * g_ent).sum(), (div, ent)
+                (_, (div, ent)), grads = jax.value_and_grad(loss, (0, 1), has_aux=True)(xs, ws)
+                return div, ent, grads
+
+            div, ent, (dxs, dws) = jax.jit(ours)(xs, ws, xt, wt, g_div, g_ent)
+            operands = [np.asarray(a) for a in (xs, ws)] + [None] + [np.asarray(a) for a in (xt, wt)] + [None]
+            w_div, w_ent, (w_dxs, w_dws, _) = reference.reference(operands, {"beta": 0.5}, np.asarray(g_div),
+                                                                   np.asarray(g_ent))
+            return _within(f"distillation JSD at {rows} rows, student {hs}, teacher {ht}, vocabulary {vocab}", {
+                "divergence": (div, w_div), "entropy": (ent, w_ent), "dx": (dxs, w_dxs), "dw": (dws, w_dws)}, start)
+        return check
+
+    checks = {
+        "ragged_dot Mixtral-like": ragged(4096, 4096, 14336, 8),
+        "ragged_dot gpt-oss-like (hidden 2880)": ragged(4096, 2880, 5760, 32),
+        "ragged_dot Qwen3-30B-A3B-like": ragged(8192, 2048, 768, 128),
+        "splash GQA": splash(8, 2, 2048, 128),
+        "splash head 256": splash(4, 2, 1536, 256),
+        "lm_head": lm_head(1536, 512, 10007),
+        "distill": distill(512, 256, 384, 5003),
+    }
+    for name, check in checks.items():
+        yield _guarded(name, check)
+
+
+def outcomes(tk: ModuleType) -> Iterator[Outcome]:
+    yield from _model_shapes(tk)
+    yield from _jax_tier_cases(tk)

@@ -1,0 +1,45 @@
+"""Timing one jitted call on the chip: compile time, the compiler's memory figures, then the median and
+spread of `runs` calls after `warmup` calls, each waited for."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    median_s: float
+    min_s: float
+    max_s: float
+    runs: int
+    compile_s: float  # lowering and compiling the first call
+    temp_bytes: int  # the compiler's temporaries
+    peak_bytes: int  # arguments + outputs + temporaries: what the call holds in HBM at its peak
+
+
+def measure(fn: Callable[..., Any], args: tuple, *, runs: int = 10, warmup: int = 2) -> Measured:
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    return timed(compiled, args, time.perf_counter() - start, runs=runs, warmup=warmup)
+
+
+def timed(compiled: Any, args: tuple, compile_s: float, *, runs: int = 10, warmup: int = 2) -> Measured:
+    """`compiled(*args)` timed: `warmup` calls, then `runs` calls, each waited for."""
+    memory = compiled.memory_analysis()
+    temp = int(getattr(memory, "temp_size_in_bytes", 0) or 0)
+    peak = temp + int(getattr(memory, "argument_size_in_bytes", 0) or 0) + int(
+        getattr(memory, "output_size_in_bytes", 0) or 0) - int(getattr(memory, "alias_size_in_bytes", 0) or 0)
+    for _ in range(warmup):
+        jax.block_until_ready(compiled(*args))
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - start)
+    return Measured(statistics.median(times), min(times), max(times), runs, compile_s, temp, peak)

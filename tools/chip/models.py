@@ -1,0 +1,59 @@
+"""Named model shapes the chip benchmark runs at (from each model's published config)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Attention(NamedTuple):
+    model: str
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+class Experts(NamedTuple):
+    """One expert projection: `rows` routed rows (tokens x top-k) of `hidden` -> `out` over `experts`."""
+
+    model: str
+    rows: int
+    hidden: int
+    out: int
+    experts: int
+
+
+class Head(NamedTuple):
+    model: str
+    rows: int
+    hidden: int
+    vocab: int
+
+
+class Distill(NamedTuple):
+    model: str
+    rows: int
+    student_hidden: int
+    teacher_hidden: int
+    vocab: int
+
+
+ATTENTION = {
+    "Llama 3 8B": Attention("Llama 3 8B", 32, 8, 128),  # Qwen3 8B has the same heads
+    "Gemma 3 4B": Attention("Gemma 3 4B", 8, 4, 256),
+}
+ATTENTION_LENGTHS = (8192, 32768)
+
+EXPERTS = (
+    Experts("Mixtral 8x7B", 16384, 4096, 14336, 8),  # 8192 tokens, top-2: the gate (or up) projection
+    Experts("OLMoE", 32768, 2048, 1024, 64),  # 4096 tokens, top-8
+    Experts("Qwen3-30B-A3B", 65536, 2048, 768, 128),  # 8192 tokens, top-8
+    Experts("gpt-oss-20b", 16384, 2880, 5760, 32),  # 4096 tokens, top-4: the fused gate-up projection
+    Experts("DeepSeek-V3, one chip's 8 experts", 8192, 7168, 2048, 8),  # 256 experts over 32 chips
+)
+
+HEADS = (
+    Head("Llama 3 8B", 8192, 4096, 128256),
+    Head("Qwen3 8B", 16384, 4096, 151936),
+)
+STATISTICS = (Head("Gemma 3 4B", 8192, 2560, 262208),)  # TRL's fused head
+DISTILL = (Distill("Qwen3 1.7B from Qwen3 8B", 4096, 2048, 4096, 151936),)

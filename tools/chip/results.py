@@ -1,0 +1,56 @@
+"""A chip run's results file: the chip, the JAX version, the commit and the time, then one record per
+measurement (`op`, `case`, `impl`, `pass`, `median_s`, ...), written whole after each record (a temporary
+file renamed over it), so that a run cut short leaves every record it made."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import jax
+
+REQUIRED = ("op", "case", "impl", "pass", "median_s")
+
+
+def header(commit: str, what: str) -> dict[str, Any]:
+    device = jax.devices()[0]
+    return {"what": what, "chip": device.device_kind, "platform": device.platform, "devices": jax.device_count(),
+            "jax": jax.__version__, "python": platform.python_version(), "commit": commit,
+            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+
+
+class ResultsFile:
+    def __init__(self, path: Path, head: dict[str, Any]) -> None:
+        self.path, self.data = Path(path), {**head, "records": []}
+        self.write()
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.data["records"].append(record)
+        self.write()
+
+    def set(self, key: str, value: Any) -> None:
+        self.data[key] = value
+        self.write()
+
+    def write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1) + "\n")
+        os.replace(tmp, self.path)
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A results file, checked: its header and every record's required fields."""
+    data = json.loads(Path(path).read_text())
+    for key in ("chip", "jax", "commit", "records"):
+        if key not in data:
+            raise ValueError(f"{path}: no {key!r}")
+    for i, r in enumerate(data["records"]):
+        missing = [k for k in REQUIRED if k not in r]
+        if missing:
+            raise ValueError(f"{path}: record {i} lacks {missing}")
+    return data

@@ -1,0 +1,50 @@
+"""Runs workloads: compiles them in parallel (the host's cores; each compile on a thread of its own), then
+times them one at a time on the chip, each result appended to the run's file as soon as it is measured."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jax
+
+from .measure import Measured, timed
+from .workloads import Workload
+
+
+def _compile(w: Workload) -> tuple[Any, float, Any]:
+    """(compiled, seconds, None) or (None, seconds, the error's last line)."""
+    start = time.perf_counter()
+    try:
+        fn, specs = w.make_specs()
+        return jax.jit(fn).lower(*specs).compile(), time.perf_counter() - start, None
+    except Exception as e:  # noqa: BLE001 - recorded with the workload, the run goes on
+        return None, time.perf_counter() - start, _last_line(e)
+
+
+def _last_line(e: BaseException) -> str:
+    lines = [line for line in "".join(traceback.format_exception_only(e)).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(e).__name__)[:600]
+
+
+def run(workloads: Iterable[Workload], record: Callable[[Workload, Measured | None, float, str | None], None],
+        *, jobs: int = 6, runs: int = 10, warmup: int = 2) -> None:
+    """Compiles `jobs` workloads at a time ahead of the chip, and records each: (workload, measured or None,
+    compile seconds, error or None)."""
+    workloads = list(workloads)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(_compile, w) for w in workloads]
+        for w, future in zip(workloads, futures, strict=True):
+            compiled, compile_s, error = future.result()
+            measured = None
+            if compiled is not None:
+                try:
+                    measured = timed(compiled, w.make()[1], compile_s, runs=runs, warmup=warmup)
+                except Exception as e:  # noqa: BLE001
+                    error = _last_line(e)
+                del compiled
+            future._result = None  # noqa: SLF001 - let the executable go
+            record(w, measured, compile_s, error)

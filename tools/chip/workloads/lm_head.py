@@ -1,0 +1,108 @@
+"""The LM head: the labels path's loss (`lm_head.fused.loss_and_grads`: gradients made in the forward) and
+TRL's statistics (`lm_head.statistics`), against XLA's plain formulation with float32 [rows, vocab] logits
+materialized (what transformers' loss and TRL's function compute); and distillation's divergence
+(`tokamax.distill.divergence`, the generalized JSD) against the same loss written plainly in XLA."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import ModuleType
+
+import jax
+import jax.numpy as jnp
+
+from ..models import DISTILL, HEADS, STATISTICS
+from . import Workload, normal, with_grads
+
+CHUNKS = (2048, 8192)  # the chunked scheme at fixed chunks, beside the package's own choice
+BETA = 0.5
+
+
+def _logits(x: jax.Array, w: jax.Array) -> jax.Array:
+    return jax.lax.dot_general(x, w, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def xla_loss(x: jax.Array, w: jax.Array, t: jax.Array) -> jax.Array:
+    z = _logits(x, w)
+    lse = jax.nn.logsumexp(z, axis=1)
+    return jnp.mean(lse - jnp.take_along_axis(z, t[:, None], axis=1)[:, 0])
+
+
+def xla_statistics(x: jax.Array, w: jax.Array, b: jax.Array, t: jax.Array) -> jax.Array:
+    log_p = jax.nn.log_softmax(_logits(x, w) + b, axis=1)
+    entropy = -(jnp.exp(log_p) * log_p).sum(1)
+    return -jnp.take_along_axis(log_p, t[:, None], axis=1).sum() + entropy.sum()
+
+
+def xla_jsd(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array) -> jax.Array:
+    log_ps, log_pt = jax.nn.log_softmax(_logits(xs, ws), axis=1), jax.nn.log_softmax(_logits(xt, wt), axis=1)
+    log_m = jnp.logaddexp(log_ps + jnp.log1p(-BETA), log_pt + jnp.log(BETA))
+    div = BETA * (jnp.exp(log_pt) * (log_pt - log_m)).sum(1) + (1 - BETA) * (jnp.exp(log_ps) * (log_ps - log_m)).sum(1)
+    return div.sum()
+
+
+def _head_args(rows: int, hidden: int, vocab: int) -> tuple:
+    t = jax.random.randint(jax.random.key(3), (rows,), 0, vocab, jnp.int32)
+    return normal(1, (rows, hidden)), normal(2, (vocab, hidden), scale=hidden ** -0.5), t
+
+
+def workloads(tk: ModuleType) -> Iterator[Workload]:
+    lm_head = tk.lm_head
+
+    def labels(chunk: object):  # noqa: ANN202
+        def fn(x: jax.Array, w: jax.Array, t: jax.Array) -> tuple:
+            weights = jnp.full(t.shape, 1.0 / t.shape[0], jnp.float32)
+            return lm_head.fused.loss_and_grads(x, w, None, t, weights, lm_head.IDENTITY, chunk=chunk)[:3]
+        return fn
+
+    def forward_loss(x: jax.Array, w: jax.Array, t: jax.Array) -> jax.Array:
+        s = lm_head.row_stats(x, w, None, t)
+        return jnp.mean(s.lse - s.target_logit)
+
+    for h in HEADS:
+        case = f"{h.model} head: {h.rows} rows, hidden {h.hidden}, vocabulary {h.vocab}"
+        def make(h=h) -> tuple:  # noqa: ANN001
+            return _head_args(h.rows, h.hidden, h.vocab)
+        flops = 2 * h.rows * h.hidden * h.vocab
+        yield Workload("lm_head_loss", case, "tokamax", "fwd", lambda m=make: (forward_loss, m()), flops)
+        yield Workload("lm_head_loss", case, "xla", "fwd", lambda m=make: (xla_loss, m()), flops)
+        variants = {"tokamax": "auto", "tokamax (kernels)": None,
+                    **{f"tokamax (chunks of {c})": c for c in CHUNKS}}
+        for impl, chunk in variants.items():
+            yield Workload("lm_head_loss", case, impl, "fwd+bwd", lambda m=make, c=chunk: (labels(c), m()), 3 * flops)
+        yield Workload("lm_head_loss", case, "xla", "fwd+bwd",
+                       lambda m=make: (with_grads(xla_loss, (0, 1)), m()), 3 * flops)
+
+    def statistics(x: jax.Array, w: jax.Array, b: jax.Array, t: jax.Array) -> jax.Array:
+        s = lm_head.statistics(x, w, b, t)
+        return -(s.target_logit - s.lse).sum() + s.entropy.sum()
+
+    for h in STATISTICS:
+        case = f"{h.model} head (TRL's statistics): {h.rows} rows, hidden {h.hidden}, vocabulary {h.vocab}"
+        def make(h=h) -> tuple:  # noqa: ANN001
+            x, w, t = _head_args(h.rows, h.hidden, h.vocab)
+            return x, w, jnp.zeros((h.vocab,), jnp.float32), t
+        flops = 2 * h.rows * h.hidden * h.vocab
+        for impl, fn in (("tokamax", statistics), ("xla", xla_statistics)):
+            yield Workload("lm_head_statistics", case, impl, "fwd", lambda m=make, fn=fn: (fn, m()), flops)
+            yield Workload("lm_head_statistics", case, impl, "fwd+bwd",
+                           lambda m=make, fn=fn: (with_grads(fn, (0, 1)), m()), 3 * flops)
+
+    def jsd(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array) -> jax.Array:
+        return tk.distill.divergence(xs, ws, None, xt, wt, None, beta=BETA)[0].sum()
+
+    for d in DISTILL:
+        case = (f"{d.model} (JSD, beta {BETA}): {d.rows} rows, student {d.student_hidden}, teacher {d.teacher_hidden}, "
+                f"vocabulary {d.vocab}")
+
+        def make(d=d) -> tuple:  # noqa: ANN001
+            hs, ht = d.student_hidden, d.teacher_hidden
+            return (normal(1, (d.rows, hs)), normal(2, (d.vocab, hs), scale=hs ** -0.5),
+                    normal(3, (d.rows, ht)), normal(4, (d.vocab, ht), scale=ht ** -0.5))
+
+        fwd = 2 * d.rows * d.vocab * (d.student_hidden + d.teacher_hidden)
+        bwd = 4 * d.rows * d.vocab * d.student_hidden  # dx and dw of the student (the logits counted once)
+        for impl, fn in (("tokamax", jsd), ("xla", xla_jsd)):
+            yield Workload("distillation", case, impl, "fwd", lambda m=make, fn=fn: (fn, m()), fwd)
+            yield Workload("distillation", case, impl, "fwd+bwd",
+                           lambda m=make, fn=fn: (with_grads(fn, (0, 1)), m()), fwd + bwd)
