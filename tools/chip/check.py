@@ -208,13 +208,13 @@ def _model_shapes(tk: ModuleType) -> Iterator[Outcome]:
         return check
 
     checks = {
-        "ragged_dot Mixtral-like": ragged(4096, 4096, 14336, 8),
-        "ragged_dot gpt-oss-like (hidden 2880)": ragged(4096, 2880, 5760, 32),
-        "ragged_dot Qwen3-30B-A3B-like": ragged(8192, 2048, 768, 128),
+        "ragged_dot Mixtral-like": ragged(1024, 4096, 1792, 8),
+        "ragged_dot gpt-oss-like (hidden 2880)": ragged(1024, 2880, 1440, 32),
+        "ragged_dot Qwen3-30B-A3B-like": ragged(2048, 2048, 768, 128),
         "splash GQA": splash(8, 2, 2048, 128),
         "splash head 256": splash(4, 2, 1536, 256),
         "lm_head": lm_head(1536, 512, 10007),
-        "distill": distill(512, 256, 384, 5003),
+        "distill": distill(256, 256, 384, 2003),
     }
     for name, check in checks.items():
         yield _guarded(name, check)

@@ -1,0 +1,66 @@
+"""Where upstream's ragged-dot heuristics give chips before TPU7x the default 128-cube tiles, this package's
+tile rule answers instead (ours; port.kdl routes `_get_heuristics_config` here): `tokamax.moe.tiles`, loaded
+on first use from the package that holds this tree. Upstream's tuned tables still come first (the Op asks
+its heuristics only on a table miss), quantized calls keep upstream's defaults, and TPU7x keeps upstream's
+own heuristic.
+
+`upstream_heuristics()` restores upstream's choice within a block: what the identity checks against
+upstream 0.0.17 compare under.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+from collections.abc import Iterator
+from typing import Any
+
+_UPSTREAM = contextvars.ContextVar("tokamax_upstream_ragged_dot_heuristics", default=False)
+_KERNEL = {"default": "gmm", "dlhs": "dlhs", "drhs": "tgmm"}
+
+
+@contextlib.contextmanager
+def upstream_heuristics() -> Iterator[None]:
+    """Within the block, upstream's heuristics as released (the default tiles before TPU7x)."""
+    reset = _UPSTREAM.set(True)
+    try:
+        yield
+    finally:
+        _UPSTREAM.reset(reset)
+
+
+def _rule() -> Any:
+    package = __name__.split("._ported.", 1)[0]
+    return importlib.import_module(f"{package}.moe.tiles")
+
+
+def _groups(group_sizes: Any) -> int:
+    value = getattr(group_sizes, "value", group_sizes)  # upstream's GroupSizes holds the array as `value`
+    return int(value.shape[0])
+
+
+def _itemsize(x: Any) -> int:
+    dtype = getattr(x, "dtype", None)
+    return int(getattr(dtype, "itemsize", 2) or 2)
+
+
+def config(ba: Any, config_cls: type, default_dims: Any, dlhs_dims: Any, drhs_dims: Any) -> Any:
+    """The Config for upstream's bound arguments `ba` (its three dimension numbers passed in by the caller,
+    the Op module): this package's tiles, or upstream's default Config within `upstream_heuristics()` and for
+    dimension numbers upstream's kernel refuses (its own error then follows)."""
+    if _UPSTREAM.get():
+        return config_cls()
+    lhs, rhs = ba.args
+    dims = ba.arguments.get("ragged_dot_dimension_numbers", default_dims)
+    if dims == default_dims:
+        (m, k), (_, _, n), kernel = lhs.shape, rhs.shape, "gmm"
+    elif dims == dlhs_dims:
+        (m, n), (_, k, _), kernel = lhs.shape, rhs.shape, "dlhs"
+    elif dims == drhs_dims:
+        (m, k), (_, n), kernel = lhs.shape, rhs.shape, "tgmm"
+    else:
+        return config_cls()
+    itemsize = max(_itemsize(lhs), _itemsize(rhs))
+    tm, tk, tn = _rule().for_call(kernel, m, k, n, _groups(ba.arguments["group_sizes"]), itemsize)
+    return config_cls(tile_m=tm, tile_k=tk, tile_n=tn)

@@ -1,0 +1,107 @@
+"""Tiles for upstream's ragged-dot kernels (`gmm`, the backward's dlhs `gmm` on transposed weights, `tgmm`)
+on chips before TPU7x, where upstream's heuristics return the default 128 x 128 x 128 tiles (about 10 TFLOP/s
+on a v5e, where wide tiles reach 100-170): upstream's tuned table still wins where it has the call's entry,
+and TPU7x keeps upstream's own heuristic.
+
+The rule: among tiles of 128 to 1024 rows and 128 to 2048 of each other dimension (or the whole dimension),
+those whose VMEM (`vmem_bytes`) fits the chip's scoped VMEM, the fastest by the roofline (`seconds`): MXU
+time over the padded tiles actually visited (a group's last row tile is worked whole), HBM time of every
+operand as the grid re-reads it, and a fixed cost per grid step. The VMEM model and the rule were checked
+on a v5e (tools/chip/sweep.py: 300 tilings at five model shapes, which compiled and how fast) and by the
+compile tier for v5e, v6e and v7x.
+
+Kernels and their dimensions, (m, k, n) as upstream's Config names them:
+- "gmm": lhs [m, k] x rhs [g, k, n] -> [m, n]; tiles (tm, tk, tn).
+- "dlhs": grad [m, n] x rhs [g, k, n] (transposed in the kernel) -> [m, k]; upstream's Config keeps the
+  forward's names, so its tile_k tiles the output k and tile_n the contracted n.
+- "tgmm": lhs [m, k] x grad [m, n] -> [g, k, n], m contracted.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import NamedTuple
+
+from .. import roofline
+from ..roofline import STEP_SECONDS, Chip
+
+ROWS = (256, 512, 1024)
+"""Row tiles: below 256 the per-step cost the roofline counts is an underestimate (on the v5e every tiling of
+128 rows ran slower than one of 256 at every shape measured)."""
+COLUMNS = (128, 256, 512, 1024, 2048)
+TGMM_VMEM_SHARE = 0.9
+"""tgmm's tiles keep a tenth of the scoped VMEM free: on the v5e two tilings within the model's bound failed
+to compile where every gmm within it compiled (the kernel's masking of a group's rows takes more)."""
+
+
+class Tiles(NamedTuple):
+    tm: int
+    tk: int
+    tn: int
+
+
+def _options(size: int, choices: tuple[int, ...]) -> list[int]:
+    """Tile sizes for a dimension of `size`: the choices below it, and the whole dimension where a choice reaches
+    it (a block equal to the array's dimension need not be a multiple of 128)."""
+    out = [c for c in choices if c < size]
+    if size <= choices[-1] or not out:
+        out.append(size if size <= choices[-1] else choices[-1])
+    return sorted(set(out))
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def operand_tiles(kernel: str, t: Tiles) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """(lhs block, rhs block, output block) in elements, as the kernel holds them."""
+    if kernel == "gmm":
+        return (t.tm, t.tk), (t.tk, t.tn), (t.tm, t.tn)
+    if kernel == "dlhs":  # contracted n, output k
+        return (t.tm, t.tn), (t.tk, t.tn), (t.tm, t.tk)
+    return (t.tm, t.tk), (t.tm, t.tn), (t.tk, t.tn)  # tgmm: the contraction over m
+
+
+def vmem_bytes(kernel: str, t: Tiles, itemsize: int = 2) -> int:
+    """What the kernel holds in VMEM: both input blocks double-buffered, the output block double-buffered,
+    the float32 accumulator and the float32 product of a step (before it is added)."""
+    a, b, out = operand_tiles(kernel, t)
+    return 2 * itemsize * (a[0] * a[1] + b[0] * b[1]) + 2 * itemsize * out[0] * out[1] + 8 * out[0] * out[1]
+
+
+def fits(kernel: str, t: Tiles, on: Chip, itemsize: int = 2) -> bool:
+    share = TGMM_VMEM_SHARE if kernel == "tgmm" else 1.0
+    return vmem_bytes(kernel, t, itemsize) <= share * on.scoped_vmem
+
+
+def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip, itemsize: int = 2) -> float:
+    """The roofline time of one call: max(MXU time, HBM time) + a fixed cost per grid step."""
+    row_tiles = _cdiv(m, t.tm) + groups - 1  # each group boundary inside a row tile visits it once more
+    tiles_k, tiles_n = _cdiv(k, t.tk), _cdiv(n, t.tn)
+    flops = 2 * row_tiles * t.tm * tiles_k * t.tk * tiles_n * t.tn
+    if kernel == "gmm":
+        moved = m * k * tiles_n + row_tiles * k * n + m * n
+    elif kernel == "dlhs":
+        moved = m * n * tiles_k + row_tiles * k * n + m * k
+    else:  # tgmm: lhs re-read per n tile, grad per k tile, every group's [k, n] written
+        moved = m * k * tiles_n + m * n * tiles_k + groups * k * n
+    steps = row_tiles * tiles_k * tiles_n
+    mxu_fill = min(1.0, t.tm / on.mxu) * min(1.0, min(t.tk, t.tn) / on.mxu)
+    return max(flops / (on.peak_flops * mxu_fill), moved * itemsize / on.hbm_bandwidth) + steps * STEP_SECONDS
+
+
+def choose(kernel: str, m: int, k: int, n: int, groups: int, on: Chip, itemsize: int = 2) -> Tiles:
+    """The fastest fitting tiles for `kernel` at (m, k, n) over `groups` groups on `on`."""
+    candidates = [Tiles(*t) for t in itertools.product(_options(m, ROWS), _options(k, COLUMNS), _options(n, COLUMNS))]
+    fitting = [t for t in candidates if fits(kernel, t, on, itemsize)]
+    if not fitting:
+        return Tiles(128, 128, 128)
+    # ties (within 1%) go to the larger row tile, then the larger tiles: fewer steps than the model counts
+    best = min(seconds(kernel, m, k, n, groups, t, on, itemsize) for t in fitting)
+    near = [t for t in fitting if seconds(kernel, m, k, n, groups, t, on, itemsize) <= 1.01 * best]
+    return max(near, key=lambda t: (t.tk * t.tn, t.tm))
+
+
+def for_call(kernel: str, m: int, k: int, n: int, groups: int, itemsize: int) -> Tiles:
+    """`choose` on the chip being traced for (what upstream's Op asks through port.kdl's hook)."""
+    return choose(kernel, m, k, n, groups, roofline.chip(), itemsize)
