@@ -103,3 +103,29 @@ def test_the_chunked_scheme_where_it_fits_and_is_faster(kernel, emulation):
     with pytest.raises(ValueError, match=r"tokamax lm_head loss_and_grads: weights must be \[rows\]"):
         fused.loss_and_grads(np.zeros((8, 128), np.float32), np.zeros((256, 128), np.float32), None,
                              np.zeros(8, np.int32), np.zeros(7, np.float32), lm_head.IDENTITY)
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_a_target_outside_the_vocabulary_is_refused_on_the_host_and_nan_when_traced(kernel, emulation, scheme):
+    """A kept row whose target is in no column: the chunked scheme gave it loss = lse alone and a gradient without
+    the -1, silently, where the kernels give NaN; now both refuse host values naming them and, traced, give a NaN
+    loss and the other rows' gradients (the row adds none), as float64's with that row dropped."""
+    lm_head = kernel.lm_head
+    x, w, b, targets = _operands(64, 128, 300, seed=9)
+    m = np.ones(64, np.float32)
+    m[5] = 0.0
+    targets[5] = -100  # ignored: never read
+    targets[17] = 307
+    with emulation.interpret_on_cpu("v6e"):
+        with pytest.raises(ValueError, match=r"^tokamax lm_head: targets must be in \[0, 300\); got 1 outside, "
+                                             r"e\.g\. \[307\]$"):
+            lm_head.fused.loss_and_grads(x, w, b, targets, m, lm_head.IDENTITY, chunk=SCHEMES[scheme])
+        loss, dx, dw, db = jax.jit(lambda x, w, b, t: lm_head.fused.loss_and_grads(
+            x, w, b, t, m, lm_head.IDENTITY, chunk=SCHEMES[scheme]))(x, w, b, targets)
+    assert np.isnan(float(loss))
+    dropped = m.copy()
+    dropped[17] = 0.0
+    _, want_dx, want_dw, want_db, _, _ = _reference(x, w, b, np.where(dropped > 0, targets, 0), dropped,
+                                                    lm_head.IDENTITY, 0.0, 0.0)
+    for name, got, want in (("dx", dx, want_dx), ("dw", dw, want_dw), ("db", db, want_db)):
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-4, atol=1e-5, err_msg=name)

@@ -201,3 +201,37 @@ def test_targets_outside_the_vocabulary_make_nan_rows_where_they_are_not_read(op
         assert g[~ok].isnan().all() and torch.equal(g[ok], expected[ok].detach()), name
     for name, g, t in zip(("dx", "dw", "db"), got_grads, (x, w, b), strict=True):
         torch.testing.assert_close(g, t.grad, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("chunk", [128, 0], ids=["chunked", "kernels"])
+def test_cross_entropy_refuses_or_nans_a_kept_target_outside_the_vocabulary(ops, tokamax, chunk):
+    """`lm_head_cross_entropy` called directly with a kept target in no column: Liger's chunked scheme gave it
+    loss = lse alone and a gradient without the -1, silently, where our kernels give NaN. Now, by either scheme,
+    CPU tensors are refused naming the values (an ignored row's target is not read) and, compiled (not read on
+    the host), the loss is NaN and the gradients are the other rows' (float64's with that row dropped)."""
+    rows, vocab = 64, 300
+    x = checks.randn(rows, HIDDEN, seed=31, scale=HIDDEN ** -0.5).requires_grad_()
+    w = checks.randn(vocab, HIDDEN, seed=32).requires_grad_()
+    targets = torch.from_numpy(rng(33).integers(0, vocab, size=rows))
+    weights = torch.ones(rows)
+    weights[5], targets[5] = 0.0, -100  # ignored: never read
+    targets[17] = 307
+    identity = tokamax.lm_head.IDENTITY
+    with pytest.raises(ValueError, match=r"^tokamax lm_head_cross_entropy: targets must be in \[0, 300\); got 1 "
+                                         r"outside, e\.g\. \[307\]$"):
+        ops.lm_head_cross_entropy(x, w, None, targets, weights, identity, chunk=chunk)
+
+    def step(x: torch.Tensor, w: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        loss = ops.lm_head_cross_entropy(x, w, None, t, weights, identity, chunk=chunk)
+        loss.backward()
+        return loss.detach()
+
+    loss = torch.compile(step, backend="eager", fullgraph=False)(x, w, targets)
+    assert loss.isnan()
+    kept = weights.bool()
+    kept[17] = False
+    x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+    logp = torch.log_softmax(x64 @ w64.T, -1)
+    (-logp[kept, targets[kept]].sum()).backward()
+    for name, got, ref in (("dx", x, x64), ("dw", w, w64)):
+        torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
