@@ -105,6 +105,28 @@ def test_the_chunked_scheme_where_it_fits_and_is_faster(kernel, emulation):
                              np.zeros(8, np.int32), np.zeros(7, np.float32), lm_head.IDENTITY)
 
 
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("weight_grad", [True, False], ids=["trained", "frozen"])
+def test_the_chunked_cost_counts_what_each_op_of_a_step_moves(kernel, weight_grad):
+    """The chunked scheme's HBM bytes, op by op of each chunk: the logits matmul reads x_c and w and writes the
+    float32 logits; G reads them and writes G in x's dtype; dx = G @ w reads G and w and writes dx_c; dW += G.T
+    @ x_c (trained heads only) reads G and x_c, and the float32 accumulator is written by every chunk and read
+    by all but the first. A frozen head's two matmuls both read w (the count had one read of it per chunk)."""
+    fused = kernel.lm_head.fused
+    rows, hidden, vocab, itemsize, chunk = 4500, 512, 1000, 2, 1024  # 5 chunks, the last one padded
+    chunks = 5
+    w, x_c = vocab * hidden * itemsize, chunk * hidden * itemsize
+    logits, g = chunk * vocab * 4, chunk * vocab * itemsize
+    ops = [(x_c + w, logits), (logits, g), (g + w, x_c)] + ([(g + x_c, 0)] if weight_grad else [])
+    accumulator = vocab * hidden * 4
+    moved = chunks * sum(read + written for read, written in ops)
+    if weight_grad:
+        moved += chunks * accumulator + (chunks - 1) * accumulator
+    got = fused.cost(rows, hidden, vocab, itemsize, chunk, weight_grad)
+    assert got.bytes_accessed == moved, (got.bytes_accessed, moved)
+    assert got.flops == (len(ops) - 1) * 2 * chunks * chunk * vocab * hidden
+
+
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_a_target_outside_the_vocabulary_is_refused_on_the_host_and_nan_when_traced(kernel, emulation, scheme):
     """A kept row whose target is in no column: the chunked scheme gave it loss = lse alone and a gradient without

@@ -58,13 +58,14 @@ class ChunkedCost:
 
 
 def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_grad: bool = True) -> ChunkedCost:
-    """Per chunk: w read by both matmuls, x_c twice, the logits written and read in float32, G written
-    once and read by each matmul, dx_c written; dW's float32 accumulator read and written per chunk
-    (written only by the first). Three matmuls (two for a frozen head)."""
+    """Per chunk: w read by the logits' and dx's matmuls (a frozen head's too), x_c by the logits' and dW's,
+    dx_c written, the logits written and read in float32, G written once and read by dx's and dW's matmuls;
+    dW's float32 accumulator read and written per chunk (written only by the first). Three matmuls (two for
+    a frozen head: no dW)."""
     chunks = -(-rows // chunk)
     matmuls = 3 if weight_grad else 2
     w, x_c = vocab * hidden * itemsize, chunk * hidden * itemsize
-    per_chunk = (matmuls - 1) * w + matmuls * x_c + 2 * chunk * vocab * 4 + matmuls * chunk * vocab * itemsize
+    per_chunk = 2 * w + matmuls * x_c + 2 * chunk * vocab * 4 + matmuls * chunk * vocab * itemsize
     accumulator = vocab * hidden * 4 if weight_grad else 0
     moved = chunks * per_chunk + (2 * chunks - 1) * accumulator
     temps = chunk * vocab * (4 + 4 + itemsize) + accumulator
