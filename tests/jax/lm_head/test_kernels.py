@@ -97,6 +97,27 @@ def test_statistics_and_gradients_match_float64(kernel, emulation, transform, ro
         np.testing.assert_allclose(np.asarray(got), expected, err_msg=name, rtol=1e-4, atol=1e-4)
 
 
+def test_statistics_of_a_head_without_a_bias_differentiate(kernel, emulation):
+    """`statistics(x, w, None, t)` passed its checks and failed in the backward (the bias's cotangent cast to
+    the dtype of a bias that is None): now its gradients in x and w are float64's, and the bias gets none."""
+    lm_head = kernel.lm_head
+    x, w, _, targets = _operands(37, 64, 200, seed=12)
+    r = np.random.default_rng(3)
+    cotangents = [r.standard_normal(37).astype(np.float32) for _ in range(4)]
+
+    def weighted(x, w, b):  # noqa: ANN001, ANN202
+        s = lm_head.statistics(x, w, b, targets)
+        return sum((g * v).sum() for g, v in zip(cotangents, (s.lse, s.target_logit, s.entropy, s.sum_logits),
+                                                   strict=True))
+
+    with emulation.interpret_on_cpu("v6e"):
+        dx, dw, db = jax.jit(jax.grad(weighted, argnums=(0, 1, 2)))(x, w, None)
+    want_dx, want_dw, _ = _gradients(x, w, None, targets, lm_head.IDENTITY, cotangents)
+    assert db is None
+    for name, got, expected in (("dx", dx, want_dx), ("dw", dw, want_dw)):
+        np.testing.assert_allclose(np.asarray(got), expected, err_msg=name, rtol=1e-4, atol=1e-4)
+
+
 def test_bf16_operands(kernel, emulation):
     """bf16 x and w (the reference takes the same bf16 values): float32 accumulators, so the statistics are
     as exact as for f32; the gradient block enters the MXU in bf16 (as TRL rounds its tiles to the compute

@@ -147,21 +147,23 @@ def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.
     return dx, (dw.T if flip else dw)[:vocab], db[0, :vocab]
 
 
-def statistics(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array,
+def statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
                transform: LogitTransform = IDENTITY) -> RowStats:
-    """`row_stats`, differentiable in x, w and b (b float32 [vocab]; zeros for a head without one). The
-    rows of out-of-range targets are NaN and pass no gradient back."""
+    """`row_stats`, differentiable in x, w and b (b [vocab], its gradient in its dtype; None for a head
+    without one, which then gets no gradient). The rows of out-of-range targets are NaN and pass no
+    gradient back."""
     _check(x, w, b, targets)
     target_checks.refuse("lm_head", targets, w.shape[0])
     return _statistics(x, w, b, targets, transform)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _statistics(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, transform: LogitTransform) -> RowStats:
+def _statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
+                transform: LogitTransform) -> RowStats:
     return _row_stats(x, w, b, targets, transform)
 
 
-def _statistics_fwd(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array,
+def _statistics_fwd(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
                     transform: LogitTransform) -> tuple[RowStats, tuple]:
     stats = _row_stats(x, w, b, targets, transform)
     return stats, (x, w, b, targets, stats.lse, stats.entropy)
@@ -171,7 +173,7 @@ def _statistics_bwd(transform: LogitTransform, residuals: tuple, cotangents: Row
     x, w, b, targets, lse, entropy = residuals
     dx, dw, db = row_stats_vjp(x, w, b, targets, lse, entropy, cotangents.lse, cotangents.target_logit,
                                cotangents.entropy, cotangents.sum_logits, transform)
-    return dx, dw, db.astype(b.dtype), None
+    return dx, dw, None if b is None else db.astype(b.dtype), None
 
 
 _statistics.defvjp(_statistics_fwd, _statistics_bwd)
