@@ -44,7 +44,7 @@ def _reference(x, w, b, targets, transform):  # noqa: ANN001, ANN202
     p = np.exp(z - lse[:, None])
     rows = np.arange(len(targets))
     first_max = np.argmax(z, 1)  # numpy's argmax: the first maximum
-    stats = dict(lse=lse, target_logit=z[rows, targets], entropy=lse - (p * z).sum(1),
+    stats = dict(lse=lse, target_logit=z[rows, targets], mean_logit=(p * z).sum(1), entropy=lse - (p * z).sum(1),
                  log_sum_sq_probs=np.log((p * p).sum(1)), sum_logits=z.sum(1),
                  top1=(first_max == targets).astype(np.float64))
     return stats, z, p, raw
@@ -94,6 +94,32 @@ def test_statistics_and_gradients_match_float64(kernel, emulation, transform, ro
     want_dx, want_dw, want_db = _gradients(x, w, b, targets, t, cotangents)
     assert dx.dtype == x.dtype and dw.dtype == w.dtype and db.shape == (vocab,)
     for name, got, expected in (("dx", dx, want_dx), ("dw", dw, want_dw), ("db", db, want_db)):
+        np.testing.assert_allclose(np.asarray(got), expected, err_msg=name, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.kernels_ci
+def test_the_outputs_keep_their_old_positions(kernel, emulation):
+    """The third statistic was the mean logit E_p[z] and became the entropy, so a caller unpacking by position
+    got the entropy silently: the six keep their old places (lse, target_logit, mean_logit, log_sum_sq_probs,
+    sum_logits, top1) and the entropy comes last; the mean logit is differentiable, d E_p[z]/dz_j = p_j (1 +
+    z_j - E_p[z]) (float64's)."""
+    lm_head = kernel.lm_head
+    assert lm_head.OUTPUTS == ("lse", "target_logit", "mean_logit", "log_sum_sq_probs", "sum_logits", "top1",
+                               "entropy")
+    assert lm_head.RowStats._fields == lm_head.OUTPUTS
+    x, w, b, targets = _operands(37, 64, 200, seed=13)
+    g = np.random.default_rng(4).standard_normal(37).astype(np.float32)
+    with emulation.interpret_on_cpu("v6e"):
+        out = jax.jit(lm_head.row_stats)(x, w, b, targets)
+        dx, dw, db = jax.jit(jax.grad(lambda x, w, b: (g * lm_head.statistics(x, w, b, targets)[2]).sum(),
+                                      argnums=(0, 1, 2)))(x, w, b)
+    lse, target_logit, mean_logit, log_sum_sq_probs, sum_logits, top1, entropy = out
+    want, z, p, _ = _reference(x, w, b, targets, lm_head.IDENTITY)
+    for name, got in (("lse", lse), ("mean_logit", mean_logit), ("sum_logits", sum_logits), ("entropy", entropy)):
+        np.testing.assert_allclose(np.asarray(got), want[name], err_msg=name, **TOL)
+    g_z = g[:, None] * p * (1 + z - want["mean_logit"][:, None])
+    x64, w64 = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    for name, got, expected in (("dx", dx, g_z @ w64), ("dw", dw, g_z.T @ x64), ("db", db, g_z.sum(0))):
         np.testing.assert_allclose(np.asarray(got), expected, err_msg=name, rtol=1e-4, atol=1e-4)
 
 
