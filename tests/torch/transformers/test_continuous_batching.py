@@ -669,11 +669,13 @@ def test_the_hand_off_follows_the_attention_across_sessions_of_one_cache(tokamax
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("change", ["allocator", "signature"])
-def test_an_unknown_cache_structure_refuses_continuous_batching(tokamax, monkeypatch, change):
+def test_an_unknown_cache_structure_refuses_only_calls_that_need_the_hand_off(tokamax, monkeypatch, change):
     """If transformers' PagedAttentionCache.update or its allocator classes are not what the handoff was written
-    for, nothing is wrapped and every continuous-batching call is refused (even one carrying the cache), naming
-    the transformers version, what differs and what to use: with a "flash" name continuous batching builds no mask,
-    so transformers' own attention would attend across the packed sequences."""
+    for, nothing is wrapped and a continuous-batching call that comes without its cache (transformers >= 5.24's,
+    which needed the hand-off) is refused, naming the transformers version, what differs and what to use: with a
+    "flash" name continuous batching builds no mask, so transformers' own attention would attend across the packed
+    sequences. A call carrying the cache (transformers < 5.24's) needs no hand-off: it runs, its values float64's
+    (before, it was refused too)."""
     from transformers.generation.continuous_batching import cache_allocators
 
     handoff = _handoff(tokamax)
@@ -691,13 +693,46 @@ def test_an_unknown_cache_structure_refuses_continuous_batching(tokamax, monkeyp
         handoff.install(lambda function: True)
         assert not handoff.state["installed"]
     assert PagedAttentionCache.update is update
-    text = _refused(tokamax, _config())
+    text = _refused(tokamax, _config(), cache=None)
     assert text.startswith(f"tokamax flash_paged: transformers {transformers.__version__}: ") and why in text, text
     assert "attn_implementation='paged|eager' or 'sdpa'" in text
     batches = Batches(_config(), 4, 16)
     q = torch.zeros(1, 4, 3, 32)
     with pytest.raises(NotImplementedError, match=r"paged\|eager"):
-        tokamax.flash_attention(Layer(0), q, q[:, :2], q[:, :2], None, **batches.step([("a", 3)]))
+        tokamax.flash_attention(Layer(0), q, q[:, :2], q[:, :2], None, **{**batches.step([("a", 3)]), "cache": None})
+    batches, g, history = Batches(_config(), 4, 16), torch.Generator().manual_seed(5), _History()
+    for work in ([("a", 3), ("b", 5)], [("a", 1), ("b", 1)]):  # a prefill, then a decode step on the cache
+        _forward(tokamax, batches, history, work, g)
+
+
+def test_generate_batch_with_an_unknown_cache_structure_runs_where_the_cache_reaches_the_kernel(tokamax,
+                                                                                                 monkeypatch):
+    """transformers' update of another signature, so nothing wrapped: before transformers 5.24 the cache still
+    reaches the attention function and generate_batch equals paged|eager's (before, every call was refused);
+    from 5.24 on, where the hand-off was needed, every request is refused naming what differs."""
+    from packaging.version import Version
+
+    handoff = _handoff(tokamax)
+    monkeypatch.setattr(handoff, "state", {"installed": False, "why": None})
+    with monkeypatch.context() as structure:
+        structure.setattr(PagedAttentionCache, "update", lambda self, key_states, value_states, layer_idx,
+                          **kwargs: None)
+        handoff.install(lambda function: True)
+    assert handoff.state["why"] is not None
+    monkeypatch.setattr(PagedAttentionCache, "update", PagedAttentionCache.update.__wrapped__)  # nothing wrapped
+    eager, ours = cb_models.pair("llama-gqa")
+    inputs = cb_models.prompts([5, 17, 3, 30], seed=4)
+    gen = GenerationConfig(max_new_tokens=4, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    cb = dict(page_size=16, num_blocks=16, max_batch_tokens=32, max_requests_per_batch=4)
+    want = _generated(eager.generate_batch(inputs, generation_config=gen,
+                                           continuous_batching_config=ContinuousBatchingConfig(**cb)))
+    got = ours.generate_batch(inputs, generation_config=gen, continuous_batching_config=ContinuousBatchingConfig(**cb))
+    if Version(transformers.__version__) < Version("5.24"):
+        assert _generated(got) == want
+    else:
+        errors = [r.error for r in got.values()]
+        assert all(e is not None and "does not take (self, key_states, value_states, layer_idx, kwargs)" in e
+                   for e in errors), errors
 
 
 @pytest.mark.kernels_ci

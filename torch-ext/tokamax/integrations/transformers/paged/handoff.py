@@ -24,9 +24,10 @@ kernel on a cache transformers' `update` wrote (in `checks.call`). (transformers
 switch either: the attention mask is allocated, or not, for the implementation the manager started with.)
 
 The wrap rests on the structure it read at install: `update`'s parameters and the two allocator classes. If
-those are not as expected, nothing is wrapped and every continuous-batching call is refused naming why
-(`refusal`): with a "flash" name continuous batching builds no mask, so falling back to transformers' own
-attention would attend across the packed sequences.
+those are not as expected, nothing is wrapped, and every continuous-batching call that comes without its cache
+(so needed the hand-off) is refused naming why (`refusal`): with a "flash" name continuous batching builds no
+mask, so falling back to transformers' own attention would attend across the packed sequences. A call that
+carries the cache (transformers < 5.24) needs none and runs.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ WAY_OUT = "use attn_implementation='paged|eager' or 'sdpa'"
 SWITCH_WAY_OUT = ("call model.destroy_cached_continuous_batching_manager() before switching the attention "
                   "implementation (or generate without persistent_manager)")
 
-state: dict[str, Any] = {"installed": False, "why": None}  # why: the structure did not match (every call refused)
+state: dict[str, Any] = {"installed": False, "why": None}  # why: the structure did not match (no hand-off)
 _decided: weakref.WeakKeyDictionary[Any, tuple[str | None, str | None]] = weakref.WeakKeyDictionary()
 """cache -> (the attention implementation it was decided for, None or why not): transformers keeps a cache across
 `generate_batch` sessions (`keep_for_next_session`) and the implementation may change between them."""
