@@ -1,8 +1,9 @@
 """`tokamax.lm_head.fused`: a cross-entropy whose gradients come out of the forward, by both schemes
 (Liger's chunked XLA one and our kernels in interpret mode), against float64 from the definitions:
 label smoothing, z-loss, a soft cap with a temperature, a bias, ignored rows, an odd vocabulary and
-odd rows (chunks that do not divide them), a frozen head; and which scheme the chips get at a real
-size (by the cost model: the chunked one where its temporaries fit an eighth of HBM and it is faster)."""
+odd rows (chunks that do not divide them), a frozen head, a kept target outside the vocabulary (refused on
+the host, NaN traced, by both schemes); which scheme the chips get at a real size (by the cost model: the
+chunked one where its temporaries fit an eighth of HBM and it is faster) and the chunked scheme's bytes op by op."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """`tokamax.lm_head` (our LM-head kernels) in Pallas TPU interpret mode against float64 numpy: the
-six per-row statistics and the gradients of a weighted sum of the differentiable four, with a bias
-and without, for every logit transform the models and TRL use (none, a scale, a soft cap with a
-temperature), at sizes off the lanes (the masked vocabulary columns, the padded rows), bf16, and
-ties for top-1; padded rows at logits that overflow e^z; the entropy of confident rows (logits ~40)
-within float32's own bound; targets outside the vocabulary (refused on the host, NaN rows traced);
-lowered for v5e, v6e and v7x (one kernel forward, two backward, no [rows, vocab] array in the
-module); the block choice within VMEM, and the refusal of what cannot fit; the kernels on x.T and w.T
-(a hidden size off the lanes) as exact as on x and w."""
+seven per-row statistics (in their old positions, the entropy last) and the gradients of a weighted sum
+of the differentiable ones, with a bias and without (`statistics` too), for every logit transform the
+models and TRL use (none, a scale, a soft cap with a temperature), at sizes off the lanes (the masked
+vocabulary columns, the padded rows), bf16, and ties for top-1; padded rows at logits that overflow
+e^z; the entropy of confident rows (logits ~40) within float32's own bound; targets outside the
+vocabulary (refused on the host, NaN rows traced); lowered for v5e, v6e and v7x (one kernel forward,
+two backward, no [rows, vocab] array in the module); the block choice within VMEM, and the refusal of
+what cannot fit; the kernels on x.T and w.T (a hidden size off the lanes) as exact as on x and w."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ steps, forks) and with MistralConfig()'s 4096-token window, Qwen3 and Gemma 2 mi
 against independent references (page tables against transformers' own block tables, order and distribution,
 prefill, chunk and decode values against float64 attention, with and without a window, the block and ring views
 against transformers' own cache bytes, forks and offload round trips of window layers); the refusals' messages;
-transformers' Hub loading.
+the hand-off across sessions of a kept cache with the attention switched, and an unknown structure served where
+the cache reaches the kernel; transformers' Hub loading.
 """
 
 from __future__ import annotations
