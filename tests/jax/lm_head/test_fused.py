@@ -1,8 +1,9 @@
 """`tokamax.lm_head.fused`: a cross-entropy whose gradients come out of the forward, by both schemes
 (Liger's chunked XLA one and our kernels in interpret mode), against float64 from the definitions:
 label smoothing, z-loss, a soft cap with a temperature, a bias, ignored rows, an odd vocabulary and
-odd rows (chunks that do not divide them), a frozen head; and which scheme the chips get at a real
-size (by the cost model: the chunked one where its temporaries fit an eighth of HBM and it is faster)."""
+odd rows (chunks that do not divide them), a frozen head, a kept target outside the vocabulary (refused on
+the host, NaN traced, by both schemes); which scheme the chips get at a real size (by the cost model: the
+chunked one where its temporaries fit an eighth of HBM and it is faster) and the chunked scheme's bytes op by op."""
 
 from __future__ import annotations
 
@@ -103,3 +104,51 @@ def test_the_chunked_scheme_where_it_fits_and_is_faster(kernel, emulation):
     with pytest.raises(ValueError, match=r"tokamax lm_head loss_and_grads: weights must be \[rows\]"):
         fused.loss_and_grads(np.zeros((8, 128), np.float32), np.zeros((256, 128), np.float32), None,
                              np.zeros(8, np.int32), np.zeros(7, np.float32), lm_head.IDENTITY)
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("weight_grad", [True, False], ids=["trained", "frozen"])
+def test_the_chunked_cost_counts_what_each_op_of_a_step_moves(kernel, weight_grad):
+    """The chunked scheme's HBM bytes, op by op of each chunk: the logits matmul reads x_c and w and writes the
+    float32 logits; G reads them and writes G in x's dtype; dx = G @ w reads G and w and writes dx_c; dW += G.T
+    @ x_c (trained heads only) reads G and x_c, and the float32 accumulator is written by every chunk and read
+    by all but the first. A frozen head's two matmuls both read w (the count had one read of it per chunk)."""
+    fused = kernel.lm_head.fused
+    rows, hidden, vocab, itemsize, chunk = 4500, 512, 1000, 2, 1024  # 5 chunks, the last one padded
+    chunks = 5
+    w, x_c = vocab * hidden * itemsize, chunk * hidden * itemsize
+    logits, g = chunk * vocab * 4, chunk * vocab * itemsize
+    ops = [(x_c + w, logits), (logits, g), (g + w, x_c)] + ([(g + x_c, 0)] if weight_grad else [])
+    accumulator = vocab * hidden * 4
+    moved = chunks * sum(read + written for read, written in ops)
+    if weight_grad:
+        moved += chunks * accumulator + (chunks - 1) * accumulator
+    got = fused.cost(rows, hidden, vocab, itemsize, chunk, weight_grad)
+    assert got.bytes_accessed == moved, (got.bytes_accessed, moved)
+    assert got.flops == (len(ops) - 1) * 2 * chunks * chunk * vocab * hidden
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_a_target_outside_the_vocabulary_is_refused_on_the_host_and_nan_when_traced(kernel, emulation, scheme):
+    """A kept row whose target is in no column: the chunked scheme gave it loss = lse alone and a gradient without
+    the -1, silently, where the kernels give NaN; now both refuse host values naming them and, traced, give a NaN
+    loss and the other rows' gradients (the row adds none), as float64's with that row dropped."""
+    lm_head = kernel.lm_head
+    x, w, b, targets = _operands(64, 128, 300, seed=9)
+    m = np.ones(64, np.float32)
+    m[5] = 0.0
+    targets[5] = -100  # ignored: never read
+    targets[17] = 307
+    with emulation.interpret_on_cpu("v6e"):
+        with pytest.raises(ValueError, match=r"^tokamax lm_head: targets must be in \[0, 300\); got 1 outside, "
+                                             r"e\.g\. \[307\]$"):
+            lm_head.fused.loss_and_grads(x, w, b, targets, m, lm_head.IDENTITY, chunk=SCHEMES[scheme])
+        loss, dx, dw, db = jax.jit(lambda x, w, b, t: lm_head.fused.loss_and_grads(
+            x, w, b, t, m, lm_head.IDENTITY, chunk=SCHEMES[scheme]))(x, w, b, targets)
+    assert np.isnan(float(loss))
+    dropped = m.copy()
+    dropped[17] = 0.0
+    _, want_dx, want_dw, want_db, _, _ = _reference(x, w, b, np.where(dropped > 0, targets, 0), dropped,
+                                                    lm_head.IDENTITY, 0.0, 0.0)
+    for name, got, want in (("dx", dx, want_dx), ("dw", dw, want_dw), ("db", db, want_db)):
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-4, atol=1e-5, err_msg=name)

@@ -1,12 +1,12 @@
 """`tokamax.lm_head` (our LM-head kernels) in Pallas TPU interpret mode against float64 numpy: the
-six per-row statistics and the gradients of a weighted sum of the differentiable four, with a bias
-and without, for every logit transform the models and TRL use (none, a scale, a soft cap with a
-temperature), at sizes off the lanes (the masked vocabulary columns, the padded rows), bf16, and
-ties for top-1; padded rows at logits that overflow e^z; the entropy of confident rows (logits ~40)
-within float32's own bound; targets outside the vocabulary (refused on the host, NaN rows traced);
-lowered for v5e, v6e and v7x (one kernel forward, two backward, no [rows, vocab] array in the
-module); the block choice within VMEM, and the refusal of what cannot fit; the kernels on x.T and w.T
-(a hidden size off the lanes) as exact as on x and w."""
+seven per-row statistics (in their old positions, the entropy last) and the gradients of a weighted sum
+of the differentiable ones, with a bias and without (`statistics` too), for every logit transform the
+models and TRL use (none, a scale, a soft cap with a temperature), at sizes off the lanes (the masked
+vocabulary columns, the padded rows), bf16, and ties for top-1; padded rows at logits that overflow
+e^z; the entropy of confident rows (logits ~40) within float32's own bound; targets outside the
+vocabulary (refused on the host, NaN rows traced); lowered for v5e, v6e and v7x (one kernel forward,
+two backward, no [rows, vocab] array in the module); the block choice within VMEM, and the refusal of
+what cannot fit; the kernels on x.T and w.T (a hidden size off the lanes) as exact as on x and w."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _reference(x, w, b, targets, transform):  # noqa: ANN001, ANN202
     p = np.exp(z - lse[:, None])
     rows = np.arange(len(targets))
     first_max = np.argmax(z, 1)  # numpy's argmax: the first maximum
-    stats = dict(lse=lse, target_logit=z[rows, targets], entropy=lse - (p * z).sum(1),
+    stats = dict(lse=lse, target_logit=z[rows, targets], mean_logit=(p * z).sum(1), entropy=lse - (p * z).sum(1),
                  log_sum_sq_probs=np.log((p * p).sum(1)), sum_logits=z.sum(1),
                  top1=(first_max == targets).astype(np.float64))
     return stats, z, p, raw
@@ -94,6 +94,53 @@ def test_statistics_and_gradients_match_float64(kernel, emulation, transform, ro
     want_dx, want_dw, want_db = _gradients(x, w, b, targets, t, cotangents)
     assert dx.dtype == x.dtype and dw.dtype == w.dtype and db.shape == (vocab,)
     for name, got, expected in (("dx", dx, want_dx), ("dw", dw, want_dw), ("db", db, want_db)):
+        np.testing.assert_allclose(np.asarray(got), expected, err_msg=name, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.kernels_ci
+def test_the_outputs_keep_their_old_positions(kernel, emulation):
+    """The third statistic was the mean logit E_p[z] and became the entropy, so a caller unpacking by position
+    got the entropy silently: the six keep their old places (lse, target_logit, mean_logit, log_sum_sq_probs,
+    sum_logits, top1) and the entropy comes last; the mean logit is differentiable, d E_p[z]/dz_j = p_j (1 +
+    z_j - E_p[z]) (float64's)."""
+    lm_head = kernel.lm_head
+    assert lm_head.OUTPUTS == ("lse", "target_logit", "mean_logit", "log_sum_sq_probs", "sum_logits", "top1",
+                               "entropy")
+    assert lm_head.RowStats._fields == lm_head.OUTPUTS
+    x, w, b, targets = _operands(37, 64, 200, seed=13)
+    g = np.random.default_rng(4).standard_normal(37).astype(np.float32)
+    with emulation.interpret_on_cpu("v6e"):
+        out = jax.jit(lm_head.row_stats)(x, w, b, targets)
+        dx, dw, db = jax.jit(jax.grad(lambda x, w, b: (g * lm_head.statistics(x, w, b, targets)[2]).sum(),
+                                      argnums=(0, 1, 2)))(x, w, b)
+    lse, target_logit, mean_logit, log_sum_sq_probs, sum_logits, top1, entropy = out
+    want, z, p, _ = _reference(x, w, b, targets, lm_head.IDENTITY)
+    for name, got in (("lse", lse), ("mean_logit", mean_logit), ("sum_logits", sum_logits), ("entropy", entropy)):
+        np.testing.assert_allclose(np.asarray(got), want[name], err_msg=name, **TOL)
+    g_z = g[:, None] * p * (1 + z - want["mean_logit"][:, None])
+    x64, w64 = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    for name, got, expected in (("dx", dx, g_z @ w64), ("dw", dw, g_z.T @ x64), ("db", db, g_z.sum(0))):
+        np.testing.assert_allclose(np.asarray(got), expected, err_msg=name, rtol=1e-4, atol=1e-4)
+
+
+def test_statistics_of_a_head_without_a_bias_differentiate(kernel, emulation):
+    """`statistics(x, w, None, t)` passed its checks and failed in the backward (the bias's cotangent cast to
+    the dtype of a bias that is None): now its gradients in x and w are float64's, and the bias gets none."""
+    lm_head = kernel.lm_head
+    x, w, _, targets = _operands(37, 64, 200, seed=12)
+    r = np.random.default_rng(3)
+    cotangents = [r.standard_normal(37).astype(np.float32) for _ in range(4)]
+
+    def weighted(x, w, b):  # noqa: ANN001, ANN202
+        s = lm_head.statistics(x, w, b, targets)
+        return sum((g * v).sum() for g, v in zip(cotangents, (s.lse, s.target_logit, s.entropy, s.sum_logits),
+                                                   strict=True))
+
+    with emulation.interpret_on_cpu("v6e"):
+        dx, dw, db = jax.jit(jax.grad(weighted, argnums=(0, 1, 2)))(x, w, None)
+    want_dx, want_dw, _ = _gradients(x, w, None, targets, lm_head.IDENTITY, cotangents)
+    assert db is None
+    for name, got, expected in (("dx", dx, want_dx), ("dw", dw, want_dw)):
         np.testing.assert_allclose(np.asarray(got), expected, err_msg=name, rtol=1e-4, atol=1e-4)
 
 

@@ -50,6 +50,36 @@ def test_statistics_and_gradients_match_float64(ops):
         torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
 
 
+@pytest.mark.kernels_ci
+def test_the_outputs_keep_their_old_positions(ops, tokamax):
+    """The op's third output was the mean logit E_p[z] and became the entropy, so a caller unpacking by position
+    got the entropy silently: the six keep their old places (the raw op's too) and the entropy comes last, each
+    against float64; a gradient through the mean logit is float64's."""
+    rows, vocab = 16, 128
+    x = checks.randn(rows, HIDDEN, seed=41, scale=HIDDEN ** -0.5).requires_grad_()
+    w = checks.randn(vocab, HIDDEN, seed=42).requires_grad_()
+    targets = torch.from_numpy(rng(43).integers(0, vocab, size=rows))
+    assert ops.LMHeadStatistics._fields == tokamax.lm_head.OUTPUTS == (
+        "lse", "target_logit", "mean_logit", "log_sum_sq_probs", "sum_logits", "top1", "entropy")
+    lse, target_logit, mean_logit, log_sum_sq_probs, sum_logits, top1, entropy = ops.lm_head_statistics(
+        x, w, None, targets)
+    raw = ops.lm_head_stats_op(x, w, None, targets.to(torch.int32), 1.0, False, 1.0)
+    g = checks.randn(rows, seed=44)
+    (g * mean_logit).sum().backward()
+    x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+    z = x64 @ w64.T
+    p = torch.softmax(z, -1)
+    want_mean, want_entropy = (p * z).sum(-1), -(p * torch.log_softmax(z, -1)).sum(-1)
+    (g.double() * want_mean).sum().backward()
+    for name, got, want in (("mean_logit", mean_logit, want_mean), ("raw op's third", raw[2], want_mean),
+                            ("entropy", entropy, want_entropy), ("raw op's last", raw[-1], want_entropy),
+                            ("lse", lse, torch.logsumexp(z, -1)), ("sum_logits", sum_logits, z.sum(-1))):
+        torch.testing.assert_close(got.detach().double(), want.detach(), rtol=2e-5, atol=5e-5,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+    for name, got, ref in (("dx", x, x64), ("dw", w, w64)):
+        torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+
+
 def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops):
     """A head whose weight and bias need no gradient (LoRA's): the dx-only op runs (one backward kernel, not
     two) and gives the full backward's dx exactly (the same kernel on the same inputs)."""
@@ -108,14 +138,14 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
 
 @pytest.mark.kernels_ci
 def test_autograd_wiring_on_meta(ops):
-    """Gradients reach hidden, weight and bias in their dtypes through the four differentiable statistics;
+    """Gradients reach hidden, weight and bias in their dtypes through the five differentiable statistics;
     log_sum_sq_probs and top1 carry none (as TRL marks them)."""
     x = torch.zeros(200, 128, dtype=torch.bfloat16, device="meta", requires_grad=True)
     w = torch.zeros(384, 128, dtype=torch.bfloat16, device="meta", requires_grad=True)
     b = torch.zeros(384, dtype=torch.bfloat16, device="meta", requires_grad=True)
     stats = ops.lm_head_statistics(x, w, b, torch.zeros(200, dtype=torch.int32, device="meta"))
-    assert [s.requires_grad for s in stats] == [True, True, True, False, True, False]
-    (stats.log_probs + stats.entropy + stats.sum_logits).sum().backward()
+    assert [s.requires_grad for s in stats] == [True, True, True, False, True, False, True]
+    (stats.log_probs + stats.mean_logit + stats.entropy + stats.sum_logits).sum().backward()
     for t in (x, w, b):
         assert (t.grad.shape, t.grad.dtype) == (t.shape, t.dtype)
 
@@ -196,8 +226,41 @@ def test_targets_outside_the_vocabulary_make_nan_rows_where_they_are_not_read(op
     for t in (x, w, b):
         t.grad = None
     want = step(x, w, b, torch.where(ok, wrong, 0))
-    for name, g, expected in zip(("lse", "target_logit", "entropy", "log_sum_sq_probs", "sum_logits", "top1"), got,
-                                 want, strict=True):
+    for name, g, expected in zip(ops.LMHeadStatistics._fields, got, want, strict=True):
         assert g[~ok].isnan().all() and torch.equal(g[ok], expected[ok].detach()), name
     for name, g, t in zip(("dx", "dw", "db"), got_grads, (x, w, b), strict=True):
         torch.testing.assert_close(g, t.grad, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("chunk", [128, 0], ids=["chunked", "kernels"])
+def test_cross_entropy_refuses_or_nans_a_kept_target_outside_the_vocabulary(ops, tokamax, chunk):
+    """`lm_head_cross_entropy` called directly with a kept target in no column: Liger's chunked scheme gave it
+    loss = lse alone and a gradient without the -1, silently, where our kernels give NaN. Now, by either scheme,
+    CPU tensors are refused naming the values (an ignored row's target is not read) and, compiled (not read on
+    the host), the loss is NaN and the gradients are the other rows' (float64's with that row dropped)."""
+    rows, vocab = 64, 300
+    x = checks.randn(rows, HIDDEN, seed=31, scale=HIDDEN ** -0.5).requires_grad_()
+    w = checks.randn(vocab, HIDDEN, seed=32).requires_grad_()
+    targets = torch.from_numpy(rng(33).integers(0, vocab, size=rows))
+    weights = torch.ones(rows)
+    weights[5], targets[5] = 0.0, -100  # ignored: never read
+    targets[17] = 307
+    identity = tokamax.lm_head.IDENTITY
+    with pytest.raises(ValueError, match=r"^tokamax lm_head_cross_entropy: targets must be in \[0, 300\); got 1 "
+                                         r"outside, e\.g\. \[307\]$"):
+        ops.lm_head_cross_entropy(x, w, None, targets, weights, identity, chunk=chunk)
+
+    def step(x: torch.Tensor, w: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        loss = ops.lm_head_cross_entropy(x, w, None, t, weights, identity, chunk=chunk)
+        loss.backward()
+        return loss.detach()
+
+    loss = torch.compile(step, backend="eager", fullgraph=False)(x, w, targets)
+    assert loss.isnan()
+    kept = weights.bool()
+    kept[17] = False
+    x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+    logp = torch.log_softmax(x64 @ w64.T, -1)
+    (-logp[kept, targets[kept]].sum()).backward()
+    for name, got, ref in (("dx", x, x64), ("dw", w, w64)):
+        torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")

@@ -10,7 +10,8 @@ steps, forks) and with MistralConfig()'s 4096-token window, Qwen3 and Gemma 2 mi
 against independent references (page tables against transformers' own block tables, order and distribution,
 prefill, chunk and decode values against float64 attention, with and without a window, the block and ring views
 against transformers' own cache bytes, forks and offload round trips of window layers); the refusals' messages;
-transformers' Hub loading.
+the hand-off across sessions of a kept cache with the attention switched, and an unknown structure served where
+the cache reaches the kernel; transformers' Hub loading.
 """
 
 from __future__ import annotations
@@ -352,6 +353,53 @@ def test_generate_batch_matches_paged_eager(tokamax, family, monkeypatch):
     assert 1 <= probe.exports()["batched_rpa"] <= 3 < forwards[0], (probe.exports(), forwards)
 
 
+def _sessions(model: torch.nn.Module, first: str, second: str, inputs: list[list[int]], gen: GenerationConfig,
+              cb: ContinuousBatchingConfig) -> list[dict]:
+    """The results of two generate_batch sessions of one kept manager (`persistent_manager`: transformers keeps its
+    PagedAttentionCache for the next session), the model on `first`, then switched to `second`."""
+    model.set_attn_implementation(first)
+    out = [model.generate_batch(inputs, generation_config=gen, continuous_batching_config=cb, persistent_manager=True)]
+    cache = model._cached_continuous_batching_manager.batch_processor.cache
+    model.set_attn_implementation(second)
+    try:
+        out.append(model.generate_batch(inputs, generation_config=gen, continuous_batching_config=cb,
+                                        persistent_manager=True))
+        assert model._cached_continuous_batching_manager.batch_processor.cache is cache, "not the same cache"
+    finally:
+        model.destroy_cached_continuous_batching_manager()
+    return out
+
+
+@pytest.mark.parametrize(("first", "second", "what"), [
+    (cb_models.FLASH_PAGED, "sdpa", "served tokamax's kernel"),
+    (cb_models.FLASH_PAGED, "paged|eager", "served tokamax's kernel"),
+    ("sdpa", cb_models.FLASH_PAGED, "was written by transformers' own attention ('sdpa')"),
+    ("paged|eager", cb_models.FLASH_PAGED, "was written by transformers' own attention ('paged|eager')"),
+])
+def test_a_kept_cache_switched_between_the_kernel_and_transformers_attention_is_refused(tokamax, first, second,
+                                                                                         what):
+    """transformers keeps the PagedAttentionCache across generate_batch sessions and the model may switch its
+    attention between them. The keys and values cannot follow: the kernel holds them in a cache of its own
+    (transformers' cache tensor released) and transformers' attention in that tensor, where blocks shared by prefix
+    with the next session stay. So the first session equals paged|eager's and every request of the second is
+    refused, naming the way out. Before, from the kernel the update was still skipped (transformers' attention got
+    only the new tokens' K/V; on 5.22 its update failed with a KeyError), and to the kernel it was refused for a
+    missing cache or as non-causal, neither saying why."""
+    eager, ours = cb_models.pair("llama-gqa")
+    inputs = cb_models.prompts([5, 17, 3, 30], seed=3)
+    gen = GenerationConfig(max_new_tokens=6, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    cb = ContinuousBatchingConfig(page_size=16, num_blocks=16, max_batch_tokens=32, max_requests_per_batch=4)
+    want = _generated(eager.generate_batch(inputs, generation_config=gen, continuous_batching_config=cb))
+    first_results, second_results = _sessions(ours, first, second, inputs, gen, cb)
+    assert _generated(first_results) == want
+    errors = [r.error for r in second_results.values()]
+    assert len(errors) == len(inputs) and all(
+        e is not None and e.startswith("tokamax flash_paged: this PagedAttentionCache, kept from an earlier "
+                                       "continuous-batching session (persistent_manager), ") and what in e
+        and f"so {second!r} cannot run on it; call model.destroy_cached_continuous_batching_manager() before "
+            "switching the attention implementation" in e for e in errors), errors
+
+
 def _manager_run(model: torch.nn.Module, inputs: list[list[int]], new_tokens: list[int], gen: GenerationConfig,
                  cb: ContinuousBatchingConfig) -> dict[str, list[int]]:
     manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
@@ -584,12 +632,51 @@ def test_cache_update_hands_the_cache_to_the_kernel(tokamax, attention):
 
 
 @pytest.mark.kernels_ci
+@pytest.mark.parametrize(("first", "second"), [(cb_models.FLASH_PAGED, "sdpa"), (cb_models.FLASH_PAGED, "paged|eager"),
+                                               ("sdpa", cb_models.FLASH_PAGED)])
+def test_the_hand_off_follows_the_attention_across_sessions_of_one_cache(tokamax, first, second):
+    """The hand-off is decided per cache and attention implementation: one real PagedAttentionCache, a session on
+    `first` (its requests freed after, as transformers' reset does between generate_batch sessions), then one on
+    `second`. Each session's update is the hand-off on the kernel, transformers' own update (the same outputs as
+    the unwrapped function's on a twin cache, written into its cache tensor) otherwise. Before, the first
+    session's decision stood: the kernel's cache was never updated after a switch to transformers' attention,
+    and transformers' update ran after a switch to the kernel."""
+    from transformers.integrations.hub_kernels import load_and_register_attn_kernel
+
+    load_and_register_attn_kernel(cb_models.FLASH_PAGED)
+    config = _config()
+    ours, theirs = Batches(config, 4, 16), Batches(config, 4, 16)
+    g = torch.Generator().manual_seed(7)
+    for session, attention in enumerate((first, second)):
+        ours.cache.config._attn_implementation = attention
+        work = [(f"a{session}", 3), (f"b{session}", 2)]
+        kwargs, kwargs_theirs = ours.step(work), theirs.step(work)
+        del kwargs["cache"], kwargs_theirs["cache"]
+        k, v = (torch.randn(1, config.num_key_value_heads, 5, config.head_dim, generator=g) for _ in range(2))
+        before = ours.cache.cache_tensor.clone()
+        got = ours.cache.update(k, v, 0, kwargs)
+        if attention == cb_models.FLASH_PAGED:
+            assert kwargs["cache"] is ours.cache and got[0] is k and got[1] is v, session
+            assert torch.equal(ours.cache.cache_tensor, before), session
+        else:
+            want = PagedAttentionCache.update.__wrapped__(theirs.cache, k, v, 0, kwargs_theirs)
+            assert "cache" not in kwargs, session
+            assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), session
+            assert torch.equal(ours.cache.cache_tensor, theirs.cache.cache_tensor), session
+        for batches in (ours, theirs):  # the session ends: transformers frees every request
+            batches.cache.free_all_requests()
+            batches.states.clear()
+
+
+@pytest.mark.kernels_ci
 @pytest.mark.parametrize("change", ["allocator", "signature"])
-def test_an_unknown_cache_structure_refuses_continuous_batching(tokamax, monkeypatch, change):
+def test_an_unknown_cache_structure_refuses_only_calls_that_need_the_hand_off(tokamax, monkeypatch, change):
     """If transformers' PagedAttentionCache.update or its allocator classes are not what the handoff was written
-    for, nothing is wrapped and every continuous-batching call is refused (even one carrying the cache), naming
-    the transformers version, what differs and what to use: with a "flash" name continuous batching builds no mask,
-    so transformers' own attention would attend across the packed sequences."""
+    for, nothing is wrapped and a continuous-batching call that comes without its cache (transformers >= 5.24's,
+    which needed the hand-off) is refused, naming the transformers version, what differs and what to use: with a
+    "flash" name continuous batching builds no mask, so transformers' own attention would attend across the packed
+    sequences. A call carrying the cache (transformers < 5.24's) needs no hand-off: it runs, its values float64's
+    (before, it was refused too)."""
     from transformers.generation.continuous_batching import cache_allocators
 
     handoff = _handoff(tokamax)
@@ -607,13 +694,46 @@ def test_an_unknown_cache_structure_refuses_continuous_batching(tokamax, monkeyp
         handoff.install(lambda function: True)
         assert not handoff.state["installed"]
     assert PagedAttentionCache.update is update
-    text = _refused(tokamax, _config())
+    text = _refused(tokamax, _config(), cache=None)
     assert text.startswith(f"tokamax flash_paged: transformers {transformers.__version__}: ") and why in text, text
     assert "attn_implementation='paged|eager' or 'sdpa'" in text
     batches = Batches(_config(), 4, 16)
     q = torch.zeros(1, 4, 3, 32)
     with pytest.raises(NotImplementedError, match=r"paged\|eager"):
-        tokamax.flash_attention(Layer(0), q, q[:, :2], q[:, :2], None, **batches.step([("a", 3)]))
+        tokamax.flash_attention(Layer(0), q, q[:, :2], q[:, :2], None, **{**batches.step([("a", 3)]), "cache": None})
+    batches, g, history = Batches(_config(), 4, 16), torch.Generator().manual_seed(5), _History()
+    for work in ([("a", 3), ("b", 5)], [("a", 1), ("b", 1)]):  # a prefill, then a decode step on the cache
+        _forward(tokamax, batches, history, work, g)
+
+
+def test_generate_batch_with_an_unknown_cache_structure_runs_where_the_cache_reaches_the_kernel(tokamax,
+                                                                                                 monkeypatch):
+    """transformers' update of another signature, so nothing wrapped: before transformers 5.24 the cache still
+    reaches the attention function and generate_batch equals paged|eager's (before, every call was refused);
+    from 5.24 on, where the hand-off was needed, every request is refused naming what differs."""
+    from packaging.version import Version
+
+    handoff = _handoff(tokamax)
+    monkeypatch.setattr(handoff, "state", {"installed": False, "why": None})
+    with monkeypatch.context() as structure:
+        structure.setattr(PagedAttentionCache, "update", lambda self, key_states, value_states, layer_idx,
+                          **kwargs: None)
+        handoff.install(lambda function: True)
+    assert handoff.state["why"] is not None
+    monkeypatch.setattr(PagedAttentionCache, "update", PagedAttentionCache.update.__wrapped__)  # nothing wrapped
+    eager, ours = cb_models.pair("llama-gqa")
+    inputs = cb_models.prompts([5, 17, 3, 30], seed=4)
+    gen = GenerationConfig(max_new_tokens=4, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    cb = dict(page_size=16, num_blocks=16, max_batch_tokens=32, max_requests_per_batch=4)
+    want = _generated(eager.generate_batch(inputs, generation_config=gen,
+                                           continuous_batching_config=ContinuousBatchingConfig(**cb)))
+    got = ours.generate_batch(inputs, generation_config=gen, continuous_batching_config=ContinuousBatchingConfig(**cb))
+    if Version(transformers.__version__) < Version("5.24"):
+        assert _generated(got) == want
+    else:
+        errors = [r.error for r in got.values()]
+        assert all(e is not None and "does not take (self, key_states, value_states, layer_idx, kwargs)" in e
+                   for e in errors), errors
 
 
 @pytest.mark.kernels_ci

@@ -134,6 +134,37 @@ def test_a_call_the_kernel_cannot_serve_runs_trls_function_and_says_why_once(tok
     torch.testing.assert_close(half, want)
 
 
+@pytest.mark.parametrize("case", ["negative-soft-cap", "past-vmem"])
+def test_a_call_the_op_refuses_runs_trls_function_and_says_why_once(tokamax, case):
+    """Calls the kernel would refuse (a negative soft cap, which TRL computes with; hidden sizes whose smallest
+    blocks fit no VMEM of the chip) passed the fallback's own checks and raised from the op, where the docstring
+    promises TRL's own function: the fallback now asks the op's own checks, so TRL's function runs (the same
+    numbers as calling it), with one warning quoting the op's refusal."""
+    import trl.trainer.distillation_trainer as trainer_module
+
+    distill = importlib.import_module(f"{tokamax.__name__}.integrations.trl.distill")
+    hidden, options = (64, {"student_final_logit_softcapping": -2.0}) if case == "negative-soft-cap" else (65536, {})
+    said = (r"student_soft_cap must be > 0 or None, got -2\.0" if case == "negative-soft-cap"
+            else r"hidden sizes of 65536 \(student\) and 96 \(teacher\) need \d+ bytes of VMEM")
+    student = torch.nn.Linear(hidden, trainers.VOCAB, bias=False).to(torch.bfloat16)
+    served = torch.nn.Module()
+    served.get_output_embeddings = lambda: student
+    distill.serve(served)
+    torch.manual_seed(0)
+    hidden_s, hidden_t = torch.randn(1, 5, hidden, dtype=torch.bfloat16), torch.randn(1, 5, 96)
+    teacher, mask = torch.randn(trainers.VOCAB, 96), torch.ones(1, 5)
+    before = dict(distill.calls)
+    with pytest.warns(UserWarning, match=r"^tokamax use_fused_loss: DistillationTrainer's divergence runs TRL's own "
+                                         r"function: the kernel refuses the call \(tokamax distillation_divergence: "
+                                         + said):
+        got = trainer_module._chunked_divergence_loss(hidden_s, hidden_t, student.weight, teacher, mask, 0.5,
+                                                      **options)[0]
+    assert distill.calls == {"kernel": before["kernel"], "trl": before["trl"] + 1}
+    want = trainer_module._chunked_divergence_loss.__wrapped__(hidden_s, hidden_t, student.weight, teacher, mask, 0.5,
+                                                               **options)[0]
+    torch.testing.assert_close(got, want)
+
+
 def test_names_bound_at_the_students_first_forward_after_trl_is_imported(tokamax, monkeypatch):
     """`use_fused_loss(student)` before TRL's trainer module is imported: a forward pre-hook binds TRL's two
     names at the student's next forward once it is, then removes itself."""

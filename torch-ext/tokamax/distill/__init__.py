@@ -29,12 +29,13 @@ Modules:
 - `blocks`: block sizes and what they hold in VMEM (both models' blocks).
 - `cost`: each kernel's cost from its grid (the `pl.CostEstimate` it declares).
 - `kernels`: the forward (one or two sweeps over the vocabulary) and the two backward Pallas kernels.
-- `divergence`: checks, the call at any size, its VJP, and `divergence(...)` (differentiable).
+- `divergence`: checks (the operands, the VMEM fit), the call at any size, its VJP, and `divergence(...)`
+  (differentiable).
 """
 
 from . import blocks, cost
-from .divergence import Forward, backward, check, divergence, forward, per_token, setting
+from .divergence import Forward, backward, check, check_vmem, divergence, forward, per_token, setting
 from .kernels import KINDS, OUTPUTS, Setting
 
-__all__ = ["KINDS", "OUTPUTS", "Forward", "Setting", "backward", "blocks", "check", "cost", "divergence", "forward",
-           "per_token", "setting"]
+__all__ = ["KINDS", "OUTPUTS", "Forward", "Setting", "backward", "blocks", "check", "check_vmem", "cost", "divergence",
+           "forward", "per_token", "setting"]

@@ -9,6 +9,7 @@ copied (`kernels`: the last blocks overhang and are masked).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Any, NamedTuple
@@ -17,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental.pallas import tpu as pltpu
 
+from ..lm_head.blocks import LANES
 from ..lm_head.transform import LogitTransform
 from . import kernels
 from .blocks import Blocks, choose
@@ -81,6 +83,13 @@ def check(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt:
     if xs.shape[0] != xt.shape[0]:
         raise ValueError(f"tokamax distill: the student's rows ({xs.shape[0]}) and the teacher's ({xt.shape[0]}) "
                          f"must be the same tokens")
+
+
+def check_vmem(xs: Any, xt: Any, vocab: int) -> None:
+    """Refuses hidden sizes for which not even the smallest blocks fit the VMEM of the chip being traced for (the
+    ValueError `blocks_for` raises when the kernels are traced), before anything is traced; JAX or Torch arrays
+    (their hidden sizes and dtypes are read; rows do not matter)."""
+    choose(dataclasses.replace(kernels.sizes_of(xs, xt, vocab), rows=LANES), pltpu.get_tpu_info().vmem_capacity_bytes)
 
 
 def blocks_for(xs: jax.Array, xt: jax.Array, vocab: int, kernel: str) -> Blocks:

@@ -18,9 +18,8 @@ their gradients.
 
 from . import cost, fused, plan
 from .blocks import Blocks
-from .kernels import OUTPUTS
 from .plan import Plan
-from .stats import RowStats, coefficients, row_stats, row_stats_vjp, statistics
+from .stats import OUTPUTS, RowStats, coefficients, row_stats, row_stats_vjp, statistics
 from .transform import IDENTITY, LogitTransform
 
 __all__ = ["IDENTITY", "OUTPUTS", "Blocks", "LogitTransform", "Plan", "RowStats", "coefficients", "cost", "fused",

@@ -36,7 +36,7 @@ from jax.experimental.pallas import tpu as pltpu
 from .blocks import Blocks
 
 ROW_VECTORS = {"forward": 1, "backward_x": 6, "backward_w": 6}  # targets; + lse and the coefficients a, b, c, d
-OUTPUT_VECTORS = 6  # the forward's per-row statistics (kernels.OUTPUTS)
+OUTPUT_VECTORS = 6  # the forward's per-row statistics (kernels.FORWARD_OUTPUTS)
 F32 = 4
 STEP_SECONDS = 0.35e-6
 """A Pallas TPU grid step's fixed cost (pipeline bookkeeping and DMA issue), the figure Pallas's TPU

@@ -13,6 +13,9 @@ Two schemes, one result (`loss_and_grads`):
 - **kernels**: our Pallas kernels (`kernels`): the statistics, then dx and dW with the loss's per-row
   coefficients: five matmuls (the backward kernels recompute the logits), about 1 MiB of temporaries.
 
+A kept row's target outside the vocabulary gets the kernels' treatment by both schemes (`targets`):
+refused where it is on the host, else a NaN loss and no gradient from that row.
+
 `choose` takes the chunked scheme where its temporaries fit `HBM_SHARE` of the chip's HBM and its
 roofline (`cost`) beats the kernels' on the chip, else the kernels. Per token r with weight m_r (0 for
 an ignored token), label t, log-sum-exp L and logits z over vocab V:
@@ -28,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from . import plan as plans
+from . import targets as target_checks
 from .blocks import round_up
 from .cost import Chip, chip
 from .stats import _check, row_stats, row_stats_vjp
@@ -54,13 +58,14 @@ class ChunkedCost:
 
 
 def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_grad: bool = True) -> ChunkedCost:
-    """Per chunk: w read by both matmuls, x_c twice, the logits written and read in float32, G written
-    once and read by each matmul, dx_c written; dW's float32 accumulator read and written per chunk
-    (written only by the first). Three matmuls (two for a frozen head)."""
+    """Per chunk: w read by the logits' and dx's matmuls (a frozen head's too), x_c by the logits' and dW's,
+    dx_c written, the logits written and read in float32, G written once and read by dx's and dW's matmuls;
+    dW's float32 accumulator read and written per chunk (written only by the first). Three matmuls (two for
+    a frozen head: no dW)."""
     chunks = -(-rows // chunk)
     matmuls = 3 if weight_grad else 2
     w, x_c = vocab * hidden * itemsize, chunk * hidden * itemsize
-    per_chunk = (matmuls - 1) * w + matmuls * x_c + 2 * chunk * vocab * 4 + matmuls * chunk * vocab * itemsize
+    per_chunk = 2 * w + matmuls * x_c + 2 * chunk * vocab * 4 + matmuls * chunk * vocab * itemsize
     accumulator = vocab * hidden * 4 if weight_grad else 0
     moved = chunks * per_chunk + (2 * chunks - 1) * accumulator
     temps = chunk * vocab * (4 + 4 + itemsize) + accumulator
@@ -103,10 +108,12 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
         lse = top[:, 0] + jnp.log(jnp.sum(jnp.exp(z - top), axis=1))
         onehot = jnp.arange(vocab)[None] == t_c[:, None]
         zt = jnp.sum(jnp.where(onehot, z, 0.0), axis=1)
-        loss = jnp.sum(_weighted(m_c, lse, zt, jnp.sum(z, axis=1), vocab, z_loss, smoothing))
+        nan_lse, nan_zt = target_checks.nan_rows([lse, zt], t_c, vocab)  # as the kernels' statistics
+        loss = jnp.sum(_weighted(m_c, nan_lse, nan_zt, jnp.sum(z, axis=1), vocab, z_loss, smoothing))
         p = jnp.exp(z - lse[:, None])
         g = m_c[:, None] * ((1.0 + 2.0 * z_loss * lse)[:, None] * p - (1.0 - smoothing) * onehot - smoothing / vocab)
-        g = jnp.where(m_c[:, None] > 0, g * dz, 0.0)
+        kept = (m_c > 0) & ~target_checks.outside(t_c, vocab)  # a NaN row adds nothing, as the kernels' backward
+        g = jnp.where(kept[:, None], g * dz, 0.0)
         g_low = g.astype(x.dtype)
         dx_c = jax.lax.dot_general(g_low, w, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         if weight_grad:
@@ -145,7 +152,9 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
                    ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     """(sum_r weights_r loss_r float32 [], dx in x's dtype, dW in w's dtype, db float32 [vocab]; dW and db None
     where `weight_grad` is False). `targets` int [rows] in [0, vocab) where `weights` > 0 (others are not
-    read); `chunk`: "auto" (`choose` on the chip being traced for), None (the kernels) or the chunk rows."""
+    read): one outside is refused where it is on the host, else makes the loss NaN and adds nothing to the
+    gradients, by either scheme (`targets`); `chunk`: "auto" (`choose` on the chip being traced for), None
+    (the kernels) or the chunk rows."""
     _check(x, w, b, targets)
     if weights.shape != targets.shape:
         raise ValueError(f"tokamax lm_head loss_and_grads: weights must be [rows] ({targets.shape[0]}), got "
@@ -154,6 +163,7 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
         chunk = choose(x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip(), weight_grad)
     m = weights.astype(jnp.float32)
     t = jnp.where(m > 0, targets, 0).astype(jnp.int32)
+    target_checks.refuse("lm_head", t, w.shape[0])
     if chunk is None:
         return _kernels(x, w, b, t, m, transform, z_loss, smoothing, weight_grad)
     bias = jnp.zeros((w.shape[0],), jnp.float32) if b is None else b.astype(jnp.float32)

@@ -49,7 +49,8 @@ from . import cost
 from .blocks import Blocks, vmem_limit
 from .transform import LogitTransform
 
-OUTPUTS = ("lse", "target_logit", "entropy", "log_sum_sq_probs", "sum_logits", "top1")
+FORWARD_OUTPUTS = ("lse", "target_logit", "entropy", "log_sum_sq_probs", "sum_logits", "top1")
+"""The forward kernel's outputs, in its order (`stats.RowStats` gives them, and the mean logit, in the public one)."""
 LOG_P_FLOOR = -1e4
 """log p is floored here in the backward: e^-1e4 is 0 in float32 as e^-inf is, but 0 times it stays 0 (a padded
 row's lse is +inf, its coefficients 0)."""
@@ -99,7 +100,7 @@ def _vocab_steps(vocab: int, blocks: Blocks, true_vocab: int) -> tuple[int, bool
 
 def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, transform: LogitTransform,
             blocks: Blocks, true_vocab: int, transposed: bool = False) -> tuple[jax.Array, ...]:
-    """The six per-row outputs (`OUTPUTS`), float32 [rows] each."""
+    """The six per-row outputs (`FORWARD_OUTPUTS`), float32 [rows] each."""
     rows, hidden, vocab = _sizes(x, w, transposed)
     nv, masked = _vocab_steps(vocab, blocks, true_vocab)
 
@@ -155,8 +156,8 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tra
         kernel,
         grid=(rows // blocks.rows, nv),
         in_specs=_operand_specs(blocks, hidden, 1, rows_first=True, transposed=transposed),  # targets, x, w, b
-        out_specs=[row] * len(OUTPUTS),
-        out_shape=[vector] * len(OUTPUTS),
+        out_specs=[row] * len(FORWARD_OUTPUTS),
+        out_shape=[vector] * len(FORWARD_OUTPUTS),
         scratch_shapes=scratch,
         compiler_params=_params(("parallel", "arbitrary")),
         cost_estimate=_cost(cost.forward, x, w, blocks, transform, transposed),

@@ -4,12 +4,14 @@ turned into the backward kernels' per-row coefficients, and a differentiable cal
 Per row r of x [rows, hidden], against w [vocab, hidden] (and a bias [vocab]), with
 z = transform(x @ w.T + b) and p = softmax(z):
 
-- lse = log sum_j e^z_j; target_logit = z[target]; entropy = -sum_j p_j log p_j (accumulated shifted
-  by the row's maximum: `kernels`); log_sum_sq_probs = log sum_j p_j^2; sum_logits = sum_j z_j (the
-  mean logit over the vocabulary is sum_logits / vocab); top1 = 1.0 where the target is the first
-  maximum of z (else 0.0). E_p[z] is lse - entropy (`RowStats.mean_logit`).
-- Differentiable in lse, target_logit, entropy and sum_logits (what log-probabilities, the entropy,
-  z-loss and label smoothing are made of); log_sum_sq_probs and top1 are not.
+- In this order (`OUTPUTS`, `RowStats`): lse = log sum_j e^z_j; target_logit = z[target]; mean_logit =
+  E_p[z] = sum_j p_j z_j (lse - entropy); log_sum_sq_probs = log sum_j p_j^2; sum_logits = sum_j z_j
+  (the mean logit over the vocabulary is sum_logits / vocab); top1 = 1.0 where the target is the first
+  maximum of z (else 0.0); entropy = -sum_j p_j log p_j (accumulated shifted by the row's maximum:
+  `kernels`). The entropy was added last: the first six keep the places they had when the kernel gave
+  E_p[z] in the third (a caller unpacking by position gets what it got).
+- Differentiable in lse, target_logit, mean_logit, sum_logits and entropy (what log-probabilities, the
+  entropy, z-loss and label smoothing are made of); log_sum_sq_probs and top1 are not.
 - A target outside [0, vocab) is refused where it can be read for free, else its row is NaN in
   every statistic and adds nothing to the gradients (`targets`).
 
@@ -42,19 +44,18 @@ from .transform import IDENTITY, LogitTransform
 
 
 class RowStats(NamedTuple):
-    """float32 [rows] each (see the module docstring)."""
+    """float32 [rows] each (see the module docstring); new fields go last."""
 
     lse: jax.Array
     target_logit: jax.Array
-    entropy: jax.Array
+    mean_logit: jax.Array
     log_sum_sq_probs: jax.Array
     sum_logits: jax.Array
     top1: jax.Array
+    entropy: jax.Array
 
-    @property
-    def mean_logit(self) -> jax.Array:
-        """E_p[z], the softmax-weighted mean logit."""
-        return self.lse - self.entropy
+
+OUTPUTS = RowStats._fields
 
 
 def plan_for(x: jax.Array, w: jax.Array) -> plans.Plan:
@@ -97,7 +98,9 @@ def _row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Arr
     xp, wp, bp, tp = _padded(x, w, b, targets, plan)
     out = kernels.forward(xp, wp, bp, tp, transform=transform, blocks=plan.forward, true_vocab=w.shape[0],
                           transposed=plan.transposed)
-    return RowStats(*target_checks.nan_rows([o[:x.shape[0]] for o in out], targets, w.shape[0]))
+    lse, target_logit, entropy, log_sum_sq_probs, sum_logits, top1 = target_checks.nan_rows(
+        [o[:x.shape[0]] for o in out], targets, w.shape[0])  # kernels.FORWARD_OUTPUTS
+    return RowStats(lse, target_logit, lse - entropy, log_sum_sq_probs, sum_logits, top1, entropy)
 
 
 def row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
@@ -130,7 +133,7 @@ def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.
     plan = plan or plan_for(x, w)
     rows, vocab = x.shape[0], w.shape[0]
     xp, wp, bp, tp = _padded(x, w, b, targets, plan)
-    partial = RowStats(lse, None, entropy, None, None, None)
+    partial = RowStats(lse, None, None, None, None, None, entropy)
     coeffs = coefficients(partial, *(g.astype(jnp.float32) for g in (d_lse, d_target, d_entropy, d_sum)))
     extra = plan.rows - rows
     # padded rows and those of out-of-range targets: lse +inf (p exactly 0, whatever their logits), 0 coefficients
@@ -147,21 +150,23 @@ def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.
     return dx, (dw.T if flip else dw)[:vocab], db[0, :vocab]
 
 
-def statistics(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array,
+def statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
                transform: LogitTransform = IDENTITY) -> RowStats:
-    """`row_stats`, differentiable in x, w and b (b float32 [vocab]; zeros for a head without one). The
-    rows of out-of-range targets are NaN and pass no gradient back."""
+    """`row_stats`, differentiable in x, w and b (b [vocab], its gradient in its dtype; None for a head
+    without one, which then gets no gradient). The rows of out-of-range targets are NaN and pass no
+    gradient back."""
     _check(x, w, b, targets)
     target_checks.refuse("lm_head", targets, w.shape[0])
     return _statistics(x, w, b, targets, transform)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _statistics(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, transform: LogitTransform) -> RowStats:
+def _statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
+                transform: LogitTransform) -> RowStats:
     return _row_stats(x, w, b, targets, transform)
 
 
-def _statistics_fwd(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array,
+def _statistics_fwd(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
                     transform: LogitTransform) -> tuple[RowStats, tuple]:
     stats = _row_stats(x, w, b, targets, transform)
     return stats, (x, w, b, targets, stats.lse, stats.entropy)
@@ -169,9 +174,10 @@ def _statistics_fwd(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array
 
 def _statistics_bwd(transform: LogitTransform, residuals: tuple, cotangents: RowStats) -> tuple:
     x, w, b, targets, lse, entropy = residuals
-    dx, dw, db = row_stats_vjp(x, w, b, targets, lse, entropy, cotangents.lse, cotangents.target_logit,
-                               cotangents.entropy, cotangents.sum_logits, transform)
-    return dx, dw, db.astype(b.dtype), None
+    d_mean = cotangents.mean_logit  # mean_logit = lse - entropy
+    dx, dw, db = row_stats_vjp(x, w, b, targets, lse, entropy, cotangents.lse + d_mean, cotangents.target_logit,
+                               cotangents.entropy - d_mean, cotangents.sum_logits, transform)
+    return dx, dw, None if b is None else db.astype(b.dtype), None
 
 
 _statistics.defvjp(_statistics_fwd, _statistics_bwd)

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["dropped", "host_values", "message", "nan_rows", "refuse"]
+__all__ = ["dropped", "host_values", "message", "nan_rows", "outside", "refuse"]
 
 
 def message(op: str, name: str, vocab: int, ignore_index: int | None, count: int, values: list[int]) -> str:
@@ -47,13 +47,14 @@ def refuse(op: str, targets: Any, vocab: int) -> None:
         raise ValueError(message(op, "targets", vocab, None, int(bad.size), sorted({int(v) for v in bad[:8]})))
 
 
-def _outside(targets: jax.Array, vocab: int) -> jax.Array:
+def outside(targets: jax.Array, vocab: int) -> jax.Array:
+    """bool [rows]: the targets in no column."""
     return (targets < 0) | (targets >= vocab)
 
 
 def nan_rows(stats: list[jax.Array], targets: jax.Array, vocab: int) -> list[jax.Array]:
     """Each [rows] statistic with the rows of out-of-range targets NaN."""
-    bad = _outside(targets, vocab)
+    bad = outside(targets, vocab)
     return [jnp.where(bad, jnp.nan, s) for s in stats]
 
 
@@ -61,5 +62,5 @@ def dropped(lse: jax.Array, coefficients: tuple[jax.Array, ...], targets: jax.Ar
             ) -> tuple[jax.Array, list[jax.Array]]:
     """The backward's lse and per-row coefficients with the rows of out-of-range targets left out (lse +inf:
     p = 0; coefficients 0), so that their NaN statistics never reach the gradients (0 * NaN is NaN)."""
-    bad = _outside(targets, vocab)
+    bad = outside(targets, vocab)
     return jnp.where(bad, jnp.inf, lse), [jnp.where(bad, 0.0, c) for c in coefficients]

@@ -67,8 +67,7 @@ class Dispatcher:
         if not serving.get():
             calls["trl"] += 1
             return self.original.apply(*args)
-        student_hidden, student_weight, _, teacher_hidden, teacher_weight = args[:5]
-        reason = divergence.unsupported(student_hidden, student_weight, teacher_hidden, teacher_weight)
+        reason = divergence.unsupported(*args)
         if reason is not None:
             _warn_once(f"tokamax use_fused_loss: DistillationTrainer's divergence runs TRL's own function: {reason}")
             calls["trl"] += 1

@@ -17,21 +17,45 @@ import torch
 import torch.nn.functional as F
 
 from ... import splash, torch_ops
+from ...torch_ops.distill import api
 from .head import DTYPES, compute_dtype
 
 
-def unsupported(student_hidden: torch.Tensor, student_weight: torch.Tensor, teacher_hidden: torch.Tensor,
-                teacher_weight: torch.Tensor) -> str | None:
-    """Why the kernel cannot serve this call (then TRL's own function runs), or None."""
+def _as_passed(tensor: torch.Tensor | None, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+    """A meta stand-in for `tensor` as `chunked_divergence` passes it to the op (in `dtype`): what the op's checks
+    read (shape, dtype; the devices are checked before), without copying a weight to check it."""
+    if tensor is None:
+        return None
+    return torch.empty(tensor.shape, dtype=dtype or tensor.dtype, device="meta")
+
+
+def unsupported(student_hidden: torch.Tensor, student_weight: torch.Tensor, student_bias: torch.Tensor | None,
+                teacher_hidden: torch.Tensor, teacher_weight: torch.Tensor, teacher_bias: torch.Tensor | None,
+                beta: float, temperature: float = 1.0, student_logit_scale: float = 1.0,
+                student_final_logit_softcapping: float | None = None, teacher_logit_scale: float = 1.0,
+                teacher_final_logit_softcapping: float | None = None) -> str | None:
+    """Why the kernel cannot serve this call of `ChunkedDivergenceFunction.apply`'s arguments (then TRL's own
+    function runs), or None: the device and compute dtypes, then whatever the op itself refuses for the call
+    `chunked_divergence` would make (its argument checks and VMEM fit, `torch_ops.distill.api`)."""
     device = student_hidden.device
     if device.type not in ("tpu", "cpu", "meta"):
         return f"the tensors are on {device.type}, where TRL has its own Triton kernel"
-    for model, hidden in (("student", student_hidden), ("teacher", teacher_hidden)):
-        dtype = compute_dtype(hidden)
+    s_dtype, t_dtype = compute_dtype(student_hidden), compute_dtype(teacher_hidden)
+    for model, dtype in (("student", s_dtype), ("teacher", t_dtype)):
         if dtype not in DTYPES:
             return f"the {model} computes in {dtype}; the kernel takes bfloat16 and float32"
-    if any(t.device != device for t in (student_weight, teacher_hidden, teacher_weight)):
+    tensors = (student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias)
+    if any(t is not None and t.device != device for t in tensors):
         return "the student's and the teacher's tensors are not all on one device"
+    xs, xt = _as_passed(student_hidden, s_dtype), _as_passed(teacher_hidden, t_dtype)
+    try:
+        api.check(xs, _as_passed(student_weight, s_dtype), _as_passed(student_bias), xt,
+                  _as_passed(teacher_weight, t_dtype), _as_passed(teacher_bias), beta=beta, temperature=temperature,
+                  student_logit_scale=student_logit_scale, student_soft_cap=_cap(student_final_logit_softcapping),
+                  teacher_logit_scale=teacher_logit_scale, teacher_soft_cap=_cap(teacher_final_logit_softcapping))
+        api.check_fits(xs, xt, student_weight.shape[0])
+    except (TypeError, ValueError) as e:
+        return f"the kernel refuses the call ({e})"
     return None
 
 

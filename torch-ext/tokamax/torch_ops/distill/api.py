@@ -1,5 +1,6 @@
 """`distillation_divergence`, what users call: TRL's `ChunkedDivergenceFunction` contract on Torch
-tensors (argument checks, each model's logit map from its numbers)."""
+tensors (argument checks, each model's logit map from its numbers). `check` and `check_fits` say what the op
+refuses without running it (TRL's fallback asks them: `integrations.trl.divergence.unsupported`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,50 @@ import torch
 
 from ... import distill
 from .. import _checks
+from .._bridge import chip_for_tracing
 from .custom_ops import OP, distill_divergence_op
+
+
+def _renamed(e: Exception) -> Exception:
+    return type(e)(str(e).replace("tokamax distill", f"tokamax {OP}"))
+
+
+def check(student_hidden: torch.Tensor, student_weight: torch.Tensor, student_bias: torch.Tensor | None,
+          teacher_hidden: torch.Tensor, teacher_weight: torch.Tensor, teacher_bias: torch.Tensor | None, *,
+          beta: float, temperature: float = 1.0, student_logit_scale: float = 1.0,
+          student_soft_cap: float | None = None, teacher_logit_scale: float = 1.0,
+          teacher_soft_cap: float | None = None) -> distill.Setting:
+    """Raises the TypeError or ValueError (naming the op and the argument) that `distillation_divergence` raises
+    for these arguments before it runs; else the kernels' setting. Reads only the tensors' shapes, dtypes and
+    devices."""
+    tensors = dict(student_hidden=student_hidden, student_weight=student_weight, student_bias=student_bias,
+                   teacher_hidden=teacher_hidden, teacher_weight=teacher_weight, teacher_bias=teacher_bias)
+    _checks.tensors(OP, ("student_bias", "teacher_bias"), **tensors)
+    for name in ("student_bias", "teacher_bias"):
+        if tensors[name] is not None and not tensors[name].is_floating_point():
+            raise TypeError(f"tokamax {OP}: {name} must be a floating-point tensor, got {tensors[name].dtype}")
+    try:
+        setting = distill.setting(beta, temperature, student_logit_scale, student_soft_cap, teacher_logit_scale,
+                                  teacher_soft_cap)
+        distill.check(student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias)
+    except (TypeError, ValueError) as e:
+        raise _renamed(e) from None
+    return setting
+
+
+@chip_for_tracing()
+def _fits(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, vocab: int) -> None:
+    distill.check_vmem(student_hidden, teacher_hidden, vocab)
+
+
+def check_fits(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, vocab: int) -> None:
+    """Raises the ValueError (naming the op) that tracing the op raises where both models' hidden sizes fit no
+    blocks in the VMEM of the chip it is traced for (`tokamax.distill.check_vmem`); checked operands only
+    (`check`). Host code: not for a compiled graph."""
+    try:
+        _fits(student_hidden, teacher_hidden, vocab)
+    except ValueError as e:
+        raise _renamed(e) from None
 
 
 def distillation_divergence(student_hidden: torch.Tensor, student_weight: torch.Tensor,
@@ -22,20 +66,11 @@ def distillation_divergence(student_hidden: torch.Tensor, student_weight: torch.
     Differentiable in the student's hidden states, weight and bias; the entropy and the teacher pass no
     gradient. Each model's hidden states and weight share a dtype (bf16 or f32; the two models may
     differ), the hidden sizes may differ, the vocabulary and rows may not."""
-    tensors = dict(student_hidden=student_hidden, student_weight=student_weight, student_bias=student_bias,
-                   teacher_hidden=teacher_hidden, teacher_weight=teacher_weight, teacher_bias=teacher_bias)
-    _checks.tensors(OP, ("student_bias", "teacher_bias"), **tensors)
-    for model in ("student", "teacher"):
-        for name in (f"{model}_bias",):
-            if tensors[name] is not None and not tensors[name].is_floating_point():
-                raise TypeError(f"tokamax {OP}: {name} must be a floating-point tensor, got {tensors[name].dtype}")
-    try:
-        setting = distill.setting(beta, temperature, student_logit_scale, student_soft_cap, teacher_logit_scale,
-                                  teacher_soft_cap)
-        distill.check(student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias)
-    except (TypeError, ValueError) as e:
-        raise type(e)(str(e).replace("tokamax distill", f"tokamax {OP}")) from None
+    tensors = (student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias)
+    setting = check(*tensors, beta=beta, temperature=temperature, student_logit_scale=student_logit_scale,
+                    student_soft_cap=student_soft_cap, teacher_logit_scale=teacher_logit_scale,
+                    teacher_soft_cap=teacher_soft_cap)
     s, t = setting.student, setting.teacher
-    out = distill_divergence_op(*(None if v is None else v.contiguous() for v in tensors.values()), setting.beta,
+    out = distill_divergence_op(*(None if v is None else v.contiguous() for v in tensors), setting.beta,
                                 s.pre, s.tanh, s.post, t.pre, t.tanh, t.post)
     return out[0], out[1]

@@ -42,11 +42,13 @@ def out_of_range(op: str, labels: torch.Tensor, vocab: int, ignore_index: int | 
     return bad
 
 
-def refuse(op: str, name: str, values: torch.Tensor, vocab: int) -> None:
+def refuse(op: str, name: str, values: torch.Tensor, vocab: int, weights: torch.Tensor | None = None) -> None:
     """Raise ValueError naming the op, `name` and the values if any of `values` is outside [0, vocab),
-    where they are a CPU tensor; elsewhere nothing (no op is traced)."""
+    where they are a CPU tensor; elsewhere nothing (no op is traced). `weights`: only the values whose
+    weight is > 0 are checked (the others are never read)."""
     if _readable(values):
-        _raise_if_any(op, name, values, _outside(values, vocab, None), vocab, None)
+        bad = _outside(values, vocab, None)
+        _raise_if_any(op, name, values, bad if weights is None else bad & (weights > 0), vocab, None)
 
 
 def poisoned(losses: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:

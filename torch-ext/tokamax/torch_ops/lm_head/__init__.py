@@ -1,7 +1,7 @@
 """Per-row statistics of an LM head's logits on Torch tensors (our kernels, `tokamax.lm_head`):
-log-sum-exp, target logit, entropy, log sum p^2, sum of logits and top-1, with a bias, logit scale,
-soft cap and temperature, differentiable in the hidden states, the weight and the bias; never the
-[rows, vocab] logits. What TRL's fused LM head and the fused loss's
+log-sum-exp, target logit, mean logit, log sum p^2, sum of logits, top-1 and entropy (in that order), with
+a bias, logit scale, soft cap and temperature, differentiable in the hidden states, the weight and the
+bias; never the [rows, vocab] logits. What TRL's fused LM head and the fused loss's
 options (soft caps, z-loss, label smoothing) run on.
 
 - `api`: `lm_head_statistics` and its result, `LMHeadStatistics`.

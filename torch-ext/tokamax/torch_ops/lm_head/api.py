@@ -14,26 +14,24 @@ from .custom_ops import OP, lm_head_stats_op
 
 
 class LMHeadStatistics(NamedTuple):
-    """Per row (float32 [rows] each), of the logits z = transform(hidden @ weight.T + bias):
-    `lse` log sum e^z; `target_logit` z[target]; `entropy` -sum p log p (computed shifted by the row's
-    maximum, so >= 0 and exact to its own rounding even where the logits are ~40; `mean_logit`, E_p[z], is
-    lse - entropy); `log_sum_sq_probs` log sum p^2; `sum_logits` sum z; `top1` 1.0 where the target is z's
-    first maximum. Differentiable: lse, target_logit, entropy, sum_logits."""
+    """Per row (float32 [rows] each), of the logits z = transform(hidden @ weight.T + bias), in this order:
+    `lse` log sum e^z; `target_logit` z[target]; `mean_logit` E_p[z] (lse - entropy); `log_sum_sq_probs`
+    log sum p^2; `sum_logits` sum z; `top1` 1.0 where the target is z's first maximum; `entropy` -sum p log p
+    (computed shifted by the row's maximum, so >= 0 and exact to its own rounding even where the logits are
+    ~40). The entropy was added last, so the first six keep their places. Differentiable: lse, target_logit,
+    mean_logit, sum_logits, entropy."""
 
     lse: torch.Tensor
     target_logit: torch.Tensor
-    entropy: torch.Tensor
+    mean_logit: torch.Tensor
     log_sum_sq_probs: torch.Tensor
     sum_logits: torch.Tensor
     top1: torch.Tensor
+    entropy: torch.Tensor
 
     @property
     def log_probs(self) -> torch.Tensor:
         return self.target_logit - self.lse
-
-    @property
-    def mean_logit(self) -> torch.Tensor:
-        return self.lse - self.entropy
 
 
 def lm_head_statistics(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,

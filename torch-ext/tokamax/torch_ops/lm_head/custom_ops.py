@@ -1,7 +1,8 @@
 """The custom ops behind `lm_head_statistics`, on our LM-head kernels (`tokamax.lm_head`):
 
-- `lm_head_stats_op` -> the six per-row statistics (float32 [rows] each), NaN in the rows of targets
-  outside the vocabulary (`tokamax.lm_head.targets`; `api` refuses those on CPU tensors first);
+- `lm_head_stats_op` -> the seven per-row statistics (float32 [rows] each, `tokamax.lm_head.OUTPUTS`'s
+  order: the mean logit third, the entropy last), NaN in the rows of targets outside the vocabulary
+  (`tokamax.lm_head.targets`; `api` refuses those on CPU tensors first);
 - `lm_head_stats_bwd_op` -> (dx, dw, db) from the forward's lse and entropy and the cotangents
   of lse, target logit, entropy and sum of logits; no second forward;
 - `lm_head_stats_bwd_x_op` -> dx alone, for a head whose weight and bias need no gradient (frozen, as
@@ -25,13 +26,13 @@ from .._bridge import chip_for_tracing, register
 __all__ = ["lm_head_stats_bwd_op", "lm_head_stats_bwd_x_op", "lm_head_stats_op"]
 
 OP = "lm_head_statistics"
-DIFFERENTIABLE = ("lse", "target_logit", "entropy", "sum_logits")
+DIFFERENTIABLE = ("lse", "target_logit", "mean_logit", "sum_logits", "entropy")
 
 
 # ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
 @chip_for_tracing()
 def _stats_jax(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, pre: float, tanh: bool,
-               post: float) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+               post: float) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     return tuple(lm_head.row_stats(x, w, b, targets, lm_head.LogitTransform(pre, tanh, post)))
 
 
@@ -80,20 +81,23 @@ def _stats_bwd_x_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, 
 
 def _setup(ctx: Any, inputs: tuple, output: tuple) -> None:
     x, w, b, targets, pre, tanh, post = inputs
-    lse, _, entropy, lsq, _, top1 = output
+    lse, _, _, lsq, _, top1, entropy = output  # lm_head.OUTPUTS
     ctx.save_for_backward(x, w, b, targets, lse, entropy)
     ctx.transform = (pre, tanh, post)
     ctx.has_bias = b is not None
     ctx.mark_non_differentiable(lsq, top1)
 
 
-def _backward(ctx: Any, d_lse: torch.Tensor | None, d_target: torch.Tensor | None, d_entropy: torch.Tensor | None,
-              d_lsq: torch.Tensor | None, d_sum: torch.Tensor | None, d_top1: torch.Tensor | None) -> tuple:
+def _backward(ctx: Any, d_lse: torch.Tensor | None, d_target: torch.Tensor | None, d_mean: torch.Tensor | None,
+              d_lsq: torch.Tensor | None, d_sum: torch.Tensor | None, d_top1: torch.Tensor | None,
+              d_entropy: torch.Tensor | None) -> tuple:
     x, w, b, targets, lse, entropy = ctx.saved_tensors
-    given = (d_lse, d_target, d_entropy, d_sum)
-    if all(g is None for g in given):
+    if all(g is None for g in (d_lse, d_target, d_mean, d_sum, d_entropy)):
         return None, None, None, None, None, None, None
-    grads = [torch.zeros_like(lse) if g is None else g.to(torch.float32).contiguous() for g in given]
+    d_lse, d_target, d_mean, d_sum, d_entropy = (torch.zeros_like(lse) if g is None else g.to(torch.float32)
+                                                 for g in (d_lse, d_target, d_mean, d_sum, d_entropy))
+    # the cotangents of lse, target logit, entropy and sum of logits; the mean logit is lse - entropy
+    grads = [g.contiguous() for g in (d_lse + d_mean, d_target, d_entropy - d_mean, d_sum)]
     if not (ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):  # a frozen head: dx alone, one kernel
         if not ctx.needs_input_grad[0]:
             return None, None, None, None, None, None, None

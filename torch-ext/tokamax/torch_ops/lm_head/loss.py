@@ -17,6 +17,7 @@ import torch
 
 from ... import lm_head
 from .._bridge import chip_for_tracing, register
+from ..linear_softmax_cross_entropy.labels import refuse
 
 __all__ = ["lm_head_cross_entropy", "lm_head_loss_grad_x_op", "lm_head_loss_grads_op", "loss_chunk"]
 
@@ -104,7 +105,9 @@ def lm_head_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
                           smoothing: float = 0.0, chunk: int | None = None) -> torch.Tensor:
     """float32 [] sum_r weights_r loss_r (`lm_head.fused`), differentiable in x, weight and bias, its gradients
     computed in the forward. x [rows, hidden] and weight [vocab, hidden] of one dtype; targets int [rows] in
-    [0, vocab) where weights > 0 (not read elsewhere); `chunk`: `loss_chunk`'s (None: ask it)."""
+    [0, vocab) where weights > 0 (not read elsewhere): one outside is refused on CPU tensors, else makes the
+    loss NaN (by either scheme); `chunk`: `loss_chunk`'s (None: ask it)."""
+    refuse(OP, "targets", targets, weight.shape[0], weights)
     weight_grad = weight.requires_grad or (bias is not None and bias.requires_grad)
     if chunk is None:
         chunk = loss_chunk(x.shape[0], x.shape[1], weight.shape[0], x.dtype, weight_grad)

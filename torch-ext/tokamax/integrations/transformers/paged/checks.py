@@ -2,8 +2,11 @@
 
 Served: full-attention and sliding-window layers (transformers' two cache allocators), causal, float32 or
 bfloat16, soft caps. Refused: sinks, dropout, output_attentions, non-causal layers, head_dims that differ,
-CUDA's block tables, a layer whose window is not its cache's, and every continuous-batching call when the cache
-cannot be taken as `handoff` expects (transformers' structure differs, or the call came without the cache).
+CUDA's block tables, a layer whose window is not its cache's, a continuous-batching call that came without its
+cache (transformers >= 5.24 hands it over only through `handoff`: refused naming why, the structure `handoff`
+found if it differs; a call carrying the cache, as transformers < 5.24 passes it, needs no hand-off and runs
+whatever the structure), and a kept cache that transformers' own attention wrote in an earlier session
+(`handoff.switched`).
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ def is_continuous_batching_call(kwargs: dict) -> bool:
 def call(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout: float,
          is_causal: bool | None, s_aux: torch.Tensor | None, cache: Any, kwargs: dict) -> None:
     """One attention call: a continuous-batching forward of a causal layer the kernel can run."""
-    if is_continuous_batching_call(kwargs) and (handoff.state["why"] is not None or not is_paged_cache(cache)):
+    if is_continuous_batching_call(kwargs) and not is_paged_cache(cache):  # where the hand-off was needed
         raise NotImplementedError(f"{NAME}: {handoff.refusal()}")
+    if is_paged_cache(cache) and (taken_over := handoff.written_by_transformers(cache)) is not None:
+        raise NotImplementedError(taken_over)
     if not is_paged_cache(cache):
         raise ValueError(f"{NAME}: serves transformers' continuous batching only (generate_batch, "
                          "init_continuous_batching), which passes a PagedAttentionCache; for generate() use "
