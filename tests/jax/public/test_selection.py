@@ -13,6 +13,7 @@ import jax
 import pytest
 
 from tests.jax.public.cases import all_tables, config_fields
+from tests.jax.public.lowering import as_released
 
 TABLES = [(table, chip) for table in all_tables() for chip in table.chips()]
 
@@ -24,7 +25,7 @@ def test_every_table_key_chooses_upstreams_config(table, chip, public_api, emula
     assert len(rows) == len(table.entries(chip)), "upstream's table and the ported one hold different keys"
     op = table.op(public_api)
     wrong = []
-    with public_api.config.cross_compile(True), emulation.emulated_chip(chip), \
+    with public_api.config.cross_compile(True), emulation.emulated_chip(chip), as_released(public_api), \
             jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)):
         for i, (key, theirs) in enumerate(rows):
             assert isinstance(theirs, dict), f"upstream could not choose for key {i} of {table.id}@{chip}: {theirs}"
