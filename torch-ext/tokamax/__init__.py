@@ -55,9 +55,11 @@ KERNEL_MODULES = (
 # kernels of our own (lm_head/: entropy, soft caps, temperatures, for TRL's head and the loss options),
 # autotuning result files applied to JAX calls and Torch ops (tuning/), and the Torch ops (torch_ops/,
 # which needs torch and torch-tpu), and ring attention over long sequences with a lazy, optionally load-balanced
-# causal mask (ring/), and distillation's divergence between a student's and a teacher's heads (distill/).
-HELPER_MODULES = ("distill", "emulation", "integrations", "layers", "lm_head", "lm_loss", "ops", "ring", "splash",
-                  "torch_ops", "tuning")
+# causal mask (ring/), and distillation's divergence between a student's and a teacher's heads (distill/), the
+# grouped matmul's tiles where upstream's tables have none (moe/), and the chip figures every block and tile
+# choice is weighed by (roofline).
+HELPER_MODULES = ("distill", "emulation", "integrations", "layers", "lm_head", "lm_loss", "moe", "ops", "ring",
+                  "roofline", "splash", "torch_ops", "tuning")
 
 # transformers' entry points (need torch, torch-tpu and transformers): the attention function that
 # `attn_implementation="kernels-community/tokamax:attention"` loads, the experts registration, and

@@ -166,3 +166,30 @@ def test_bad_calls_fail_with_the_ops_own_message(ops, call, error, message):
     assert message in str(info.value)
 
 
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.jax_floor
+def test_the_jax_public_ops_say_which_jax_they_need(tokamax):
+    """`tokamax.ops` (JAX users' calls): where the running jax lacks what upstream's kernel needs, a
+    NotImplementedError naming the op and the jax; a fallback list runs without the v2 kernels there."""
+    import jax
+    import jax.numpy as jnp
+
+    lhs, rhs, sizes = jnp.ones((256, 128), jnp.float32), jnp.ones((4, 128, 256), jnp.float32), \
+        jnp.array([64, 0, 100, 92], jnp.int32)
+    x, w, labels = jnp.ones((256, 128), jnp.float32), jnp.ones((128, 512), jnp.float32), jnp.zeros(256, jnp.int32)
+    if jax.__version__ < "0.11":
+        with pytest.raises(NotImplementedError, match=r"ops.ragged_dot\(implementation='mosaic_tpu_v2'\) needs jax >= "
+                                                      r"0.11.1 \(pltpu.TensorCoreMesh\), this is jax 0.10"):
+            tokamax.ops.ragged_dot(lhs, rhs, sizes, implementation="mosaic_tpu_v2")
+        with pytest.raises(NotImplementedError, match=r"ops.linear_softmax_cross_entropy_loss needs jax >= 0.11.1"):
+            tokamax.ops.linear_softmax_cross_entropy_loss(x, labels, w)
+        with pytest.raises(NotImplementedError, match=r"ops.top_k needs jax >= 0.11.1 \(jax.experimental.mosaic"):
+            tokamax.ops.top_k(x, k=8)
+        # a list falls back past what cannot run: upstream's XLA implementation, equal to JAX's own
+        out = tokamax.ops.ragged_dot(lhs, rhs, sizes, implementation=("mosaic_tpu_v2", "xla"))
+        assert jnp.array_equal(out, jax.lax.ragged_dot(lhs, rhs, sizes))
+    else:
+        assert tokamax.ops._jax_floor.lacks(*tokamax.ops._jax_floor.TENSORCORE_MESH) is None
+        assert tokamax.ops._jax_floor.lacks(*tokamax.ops._jax_floor.MOSAIC_OPT_LEVEL) is None

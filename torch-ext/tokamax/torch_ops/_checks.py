@@ -3,18 +3,16 @@ message that names the op and the argument instead of a JAX traceback from insid
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 
-import jax
 import torch
+
+from ..ops._jax_floor import MOSAIC_OPT_LEVEL, TENSORCORE_MESH, check  # noqa: F401 - the ops name them here
 
 FLOATS = (torch.bfloat16, torch.float32)
 
 # What some kernels need from jax that the Torch tier's jax (0.10.2, the newest on Python 3.11) lacks:
-# (module, attribute, how the message names it).
-TENSORCORE_MESH = ("jax.experimental.pallas.tpu", "TensorCoreMesh", "pltpu.TensorCoreMesh")
-MOSAIC_OPT_LEVEL = ("jax.experimental.mosaic", "OptLevel", "jax.experimental.mosaic.OptLevel")
+# (module, attribute, how the message names it): MOSAIC_OPT_LEVEL and TENSORCORE_MESH, from the JAX ops' check.
 DEVICES = ("tpu", "cpu", "meta")
 
 
@@ -135,7 +133,6 @@ def rope_tables(op: str, tokens: int, positions: torch.Tensor, cos_sin_cache: to
 
 
 def jax_has(op: str, module: str, attribute: str, label: str) -> None:
-    """The running jax has `module.attribute`, which the op's kernel needs; else a RuntimeError naming the
-    jax it needs (e.g. `jax_has(op, *TENSORCORE_MESH)`)."""
-    if not hasattr(importlib.import_module(module), attribute):
-        raise RuntimeError(f"tokamax {op} needs jax >= 0.11.1 ({label}), this is jax {jax.__version__}")
+    """The running jax has `module.attribute`, which the op's kernel needs; else a NotImplementedError (a
+    RuntimeError) naming the jax it needs (e.g. `jax_has(op, *TENSORCORE_MESH)`): the JAX public ops' check."""
+    check(op, module, attribute, label)
