@@ -50,6 +50,13 @@ class Chip(NamedTuple):
         return scoped // 4 if self.generation == 5 else scoped // 2 if self.generation == 6 else scoped
 
 
+def seconds(flops: float, bytes_accessed: float, steps: int, on: Chip, mxu_fill: float = 1.0) -> float:
+    """The roofline time of a kernel: the larger of its MXU time (flops at the MXU's fill) and its HBM time,
+    plus a fixed cost per grid step. Every cost model in this package (the LM head's kernels and chunked
+    scheme, distillation's kernels, the grouped matmul's tiles) is timed by this one function."""
+    return max(flops / (mxu_fill * on.peak_flops), bytes_accessed / on.hbm_bandwidth) + steps * STEP_SECONDS
+
+
 def _kind(version: str) -> str:
     return {"TPU_V5E": "TPU v5 lite", "TPU_V5P": "TPU v5", "TPU_V6E": "TPU v6 lite", "TPU_7X": "TPU7x"}.get(
         version.rsplit(".", 1)[-1].upper(), version)

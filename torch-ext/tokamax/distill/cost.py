@@ -20,6 +20,7 @@ import dataclasses
 
 from jax.experimental import pallas as pl
 
+from .. import roofline
 from .blocks import Blocks, Sizes
 
 F32 = 4
@@ -42,6 +43,10 @@ class KernelCost:
     @property
     def bytes_accessed(self) -> int:
         return self.bytes_read + self.bytes_written
+
+    def seconds(self, on: roofline.Chip) -> float:
+        """`roofline.seconds` on `on` (the kernels' blocks are multiples of the MXU: a full fill)."""
+        return roofline.seconds(self.flops, self.bytes_accessed, self.grid[0] * self.grid[1], on)
 
     def estimate(self) -> pl.CostEstimate:
         return pl.CostEstimate(flops=self.flops, transcendentals=self.transcendentals,

@@ -20,52 +20,25 @@ bias is padded to the grid (a [1, vocab] float32 copy, not the weight). `transpo
 x.T and w.T: `kernels`) reads and writes the same bytes and does the same flops; only the backward's
 second matmul changes shape: dx.T = w.T G.T is (hidden, rows, vocab), dw.T = x.T G (hidden, vocab, rows).
 
-`Chip` holds what a block choice is weighed by (peak bf16 flops, HBM bandwidth, MXU width, VMEM, HBM: libtpu's
-own `get_tpu_info()` figures); `KernelCost.seconds` is the roofline time on it: the larger of the MXU time
-(flops at the MXU's fill) and the HBM time, plus a fixed cost per grid step.
+`Chip` (`tokamax.roofline`'s) holds what a block choice is weighed by (peak bf16 flops, HBM bandwidth, MXU width,
+VMEM, HBM: libtpu's `get_tpu_info()` figures, calibrated by what the chip measured); `KernelCost.seconds` is
+`roofline.seconds` on it: the larger of the MXU time (flops at the MXU's fill) and the HBM time, plus a fixed cost
+per grid step.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
 
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
 
+from .. import roofline
+from ..roofline import STEP_SECONDS, Chip, chip  # noqa: F401 - the chip figures, shared by every cost model
 from .blocks import Blocks
 
 ROW_VECTORS = {"forward": 1, "backward_x": 6, "backward_w": 6}  # targets; + lse and the coefficients a, b, c, d
 OUTPUT_VECTORS = 6  # the forward's per-row statistics (kernels.FORWARD_OUTPUTS)
 F32 = 4
-STEP_SECONDS = 0.35e-6
-"""A Pallas TPU grid step's fixed cost (pipeline bookkeeping and DMA issue), the figure Pallas's TPU
-guide gives; it makes many small blocks cost what they do."""
-
-
-class Chip(NamedTuple):
-    """What a block choice is weighed by on one chip (libtpu's figures, per TensorCore)."""
-
-    name: str
-    peak_flops: float  # bf16 matmul flops per second
-    hbm_bandwidth: float  # bytes per second
-    mxu: int  # the MXU's width: 128 on v5e, 256 on v6e and v7x
-    vmem: int  # bytes
-    hbm: int = 0  # bytes
-
-    @property
-    def ridge(self) -> float:
-        """Flops per HBM byte above which a kernel can be MXU-bound."""
-        return self.peak_flops / self.hbm_bandwidth
-
-
-def chip() -> Chip:
-    """The figures of the chip being traced for."""
-    info = pltpu.get_tpu_info()
-    return Chip(str(info.chip_version.value), float(info.bf16_ops_per_second), float(info.mem_bw_bytes_per_second),
-                int(info.mxu_column_size), int(info.vmem_capacity_bytes), int(info.hbm_capacity_bytes))
-
-
 @dataclasses.dataclass(frozen=True)
 class KernelCost:
     """One kernel's cost over its whole grid."""
@@ -97,8 +70,7 @@ class KernelCost:
 
     def seconds(self, on: Chip) -> float:
         """The roofline time on `on`: max(MXU time at this fill, HBM time) + a fixed cost per grid step."""
-        mxu = self.flops / (self.mxu_fill(on.mxu) * on.peak_flops)
-        return max(mxu, self.bytes_accessed / on.hbm_bandwidth) + self.grid[0] * self.grid[1] * STEP_SECONDS
+        return roofline.seconds(self.flops, self.bytes_accessed, self.grid[0] * self.grid[1], on, self.mxu_fill(on.mxu))
 
     def estimate(self) -> pl.CostEstimate:
         return pl.CostEstimate(flops=self.flops, transcendentals=self.transcendentals,

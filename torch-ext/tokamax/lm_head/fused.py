@@ -30,6 +30,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from .. import roofline
 from . import plan as plans
 from . import targets as target_checks
 from .blocks import round_up
@@ -54,7 +55,7 @@ class ChunkedCost:
     temp_bytes: int
 
     def seconds(self, on: Chip) -> float:
-        return max(self.flops / on.peak_flops, self.bytes_accessed / on.hbm_bandwidth)
+        return roofline.seconds(self.flops, self.bytes_accessed, 0, on)
 
 
 def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_grad: bool = True) -> ChunkedCost:

@@ -23,7 +23,7 @@ import itertools
 from typing import NamedTuple
 
 from .. import roofline
-from ..roofline import STEP_SECONDS, Chip
+from ..roofline import Chip
 
 ROWS = (256, 512, 1024)
 """Row tiles: below 256 the per-step cost the roofline counts is an underestimate (on the v5e every tiling of
@@ -87,7 +87,7 @@ def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip
         moved = m * k * tiles_n + m * n * tiles_k + groups * k * n
     steps = row_tiles * tiles_k * tiles_n
     mxu_fill = min(1.0, t.tm / on.mxu) * min(1.0, min(t.tk, t.tn) / on.mxu)
-    return max(flops / (on.peak_flops * mxu_fill), moved * itemsize / on.hbm_bandwidth) + steps * STEP_SECONDS
+    return roofline.seconds(flops, moved * itemsize, steps, on, mxu_fill)
 
 
 def choose(kernel: str, m: int, k: int, n: int, groups: int, on: Chip, itemsize: int = 2) -> Tiles:
