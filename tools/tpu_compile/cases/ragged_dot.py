@@ -1,5 +1,11 @@
 """Upstream's ragged dot (`tokamax.ops.ragged_dot`, Mosaic) at MoE experts' shapes: gate/up and down
-projections, forward and through `jax.grad`, 8,192 tokens routed."""
+projections, forward and through `jax.grad`, 8,192 tokens routed.
+
+And the chip benchmark's expert projections (`tools/chip/models.py` EXPERTS: Mixtral 8x7B, OLMoE,
+Qwen3-30B-A3B, gpt-oss-20b, one chip's share of DeepSeek-V3), forward and forward+backward, bf16 (issue 51):
+before TPU7x these calls get `tokamax.moe.tiles`' tiles (no tuned-table entry), which must fit the compiler's
+scoped VMEM on each chip; tests/tpu_compile/test_ragged_dot_tiles.py reads the tiles each call lowered with.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +14,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ..case import Case, on_chips, spec
+from ...chip.models import EXPERTS, Experts
+from ..case import COMPILES, KNOWN_COMPILER_ERROR, Case, on_chips, spec
 from ._models import DEEPSEEK_V3, MIXTRAL_8X7B, QWEN3_30B_A3B, Model
 
 TOKENS = 8192
 
 
-def _build(model: Model, k: int, n: int, grad: bool) -> Any:
+def _ragged(m: int, k: int, n: int, groups: int, grad: bool) -> Any:
+    """lhs [m, k] x rhs [groups, k, n], bf16: the forward, or `jax.grad` of a loss w.r.t. lhs and rhs."""
     def build(kernel: Any, mesh: Any) -> Any:
-        m = TOKENS * model.experts_per_token
-        specs = [spec(mesh, (m, k), jnp.bfloat16), spec(mesh, (model.experts, k, n), jnp.bfloat16),
-                 spec(mesh, (model.experts,), jnp.int32)]
+        specs = [spec(mesh, (m, k), jnp.bfloat16), spec(mesh, (groups, k, n), jnp.bfloat16),
+                 spec(mesh, (groups,), jnp.int32)]
 
         def forward(lhs: Any, rhs: Any, sizes: Any) -> Any:
             return kernel.ops.ragged_dot(lhs, rhs, sizes, implementation="mosaic")
@@ -30,6 +37,46 @@ def _build(model: Model, k: int, n: int, grad: bool) -> Any:
     return build
 
 
+def _build(model: Model, k: int, n: int, grad: bool) -> Any:
+    return _ragged(TOKENS * model.experts_per_token, k, n, model.experts, grad)
+
+
+# ---- issue 51: the chip benchmark's expert projections, on the tiles the rule chooses ----
+
+EXPERT_MODELS = {  # EXPERTS' model -> the name in case ids
+    "Mixtral 8x7B": "Mixtral-8x7B",
+    "OLMoE": "OLMoE",
+    "Qwen3-30B-A3B": "Qwen3-30B-A3B",
+    "gpt-oss-20b": "gpt-oss-20b",
+    "DeepSeek-V3, one chip's 8 experts": "DeepSeek-V3",
+}
+# Each compiles in 2-13 s: in ./test.sh every forward+backward, and the forward of Mixtral (the widest) and
+# gpt-oss (hidden 2880, off the 128 lanes); the other forwards (the same gmm call) under --all.
+ALL_TIER_FORWARDS = {"OLMoE", "Qwen3-30B-A3B", "DeepSeek-V3, one chip's 8 experts"}
+CHIPS = ("v5e", "v6e", "v7x")
+# A known gap, upstream's own: TPU7x keeps upstream's heuristic, whose tgmm tiles for OLMoE's backward
+# (1024 x 2048 x 1024) need 35.37M of the 32M scoped VMEM; libtpu: "CompileTimeScopedVmemOom".
+_KNOWN = {("OLMoE", True, "v7x"): KNOWN_COMPILER_ERROR + "CompileTimeScopedVmemOom"}
+
+
+def expert_id(shape: Experts, grad: bool) -> str:
+    return (f"ragged_dot/{EXPERT_MODELS[shape.model]}/experts-m{shape.rows}-k{shape.hidden}-n{shape.out}"
+            f"-g{shape.experts}/{'fwd+bwd' if grad else 'fwd'}")
+
+
+def expert_cases() -> list[tuple[Case, Experts, bool]]:
+    """(case, its shape, whether it differentiates) for each EXPERTS shape, forward and forward+backward, on
+    v5e, v6e and v7x."""
+    out = []
+    for shape in EXPERTS:
+        for grad in (False, True):
+            tier = "all" if not grad and shape.model in ALL_TIER_FORWARDS else "default"
+            build = _ragged(shape.rows, shape.hidden, shape.out, shape.experts, grad)
+            out += [(Case(expert_id(shape, grad), "ragged_dot", shape.model, chip, build,
+                          _KNOWN.get((shape.model, grad, chip), COMPILES), tier), shape, grad) for chip in CHIPS]
+    return out
+
+
 def cases() -> list[Case]:
     out = []
     for model, tier in ((MIXTRAL_8X7B, "default"), (QWEN3_30B_A3B, "default"), (DEEPSEEK_V3, "all")):
@@ -38,4 +85,4 @@ def cases() -> list[Case]:
             out += on_chips(lambda chip, model=model, what=what, k=k, n=n, tier=tier: Case(
                 f"ragged_dot/{model.name}/{what}/fwd+bwd", "ragged_dot", model.name, chip,
                 _build(model, k, n, grad=True), tier=tier if what == "gate-up" else "all"))
-    return out
+    return out + [case for case, _, _ in expert_cases()]

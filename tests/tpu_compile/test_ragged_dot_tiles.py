@@ -1,0 +1,113 @@
+"""Issue 51: the tiles upstream's ragged dot lowers with at the chip benchmark's expert shapes
+(tools/chip/models.py EXPERTS), on each of the compile cases that test_compile.py compiles for them
+(tools/tpu_compile/cases/ragged_dot.py `expert_cases`, every tier's: lowering alone is quick).
+
+The tiles are read from the lowered module: upstream's Op records on each kernel call a profiling payload
+(`xla_metadata_payload`) holding the Config the kernel ran with and the call's shapes and dimension numbers.
+Before TPU7x every gmm, dlhs and tgmm call must carry `tokamax.moe.tiles.choose`'s tiles, and not the
+128 x 128 x 128 that upstream's heuristics give these calls (shown: the same lowering under
+`tiles_hook.upstream_heuristics()`); on TPU7x upstream's own heuristic, the same Config as under
+`upstream_heuristics()`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from typing import Any
+
+import pytest
+
+from tools.tpu_compile import compiler, topology
+from tools.tpu_compile.cases import ragged_dot
+
+CASES = ragged_dot.expert_cases()  # every tier's: lowering alone takes a second or two
+DEFAULT_TILES = (128, 128, 128)
+
+_PAYLOAD = re.compile(r'xla_metadata_payload = "tokamax:((?:[^"\\]|\\[0-9A-Fa-f]{2})*)"')
+_SHAPE = re.compile(r"^[a-z0-9]+\[([\d,]*)\]$")
+# upstream's three dimension numbers, as the payload writes them -> the kernel (tokamax.moe.tiles' names)
+_KERNELS = {
+    ((((1,), (1,)), ((), ())), (0,), (0,)): "gmm",
+    ((((1,), (2,)), ((), ())), (0,), (0,)): "dlhs",
+    ((((0,), (0,)), ((), ())), (0,), ()): "tgmm",
+}
+
+
+def _tuple(x: Any) -> Any:
+    return tuple(_tuple(v) for v in x) if isinstance(x, list) else x
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    found = _SHAPE.match(text)
+    assert found, f"not an array's type: {text!r}"
+    return tuple(int(d) for d in found.group(1).split(",") if d)
+
+
+def kernel_calls(module_text: str) -> dict[str, set[tuple]]:
+    """kernel -> {(config, lhs shape, rhs shape, groups)} of every Mosaic ragged-dot call the payloads record."""
+    calls: dict[str, set[tuple]] = {}
+    for raw in set(_PAYLOAD.findall(module_text)):
+        payload = json.loads(re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), raw))
+        if not payload["op"]["__type"].endswith(".PallasMosaicTpuRaggedDot"):
+            continue
+        args, dims = payload["arguments"], payload["arguments"]["ragged_dot_dimension_numbers"]
+        key = (_tuple(dims["dot_dimension_numbers"]), _tuple(dims["lhs_ragged_dimensions"]),
+               _tuple(dims["rhs_group_dimensions"]))
+        assert key in _KERNELS, f"dimension numbers of no ragged-dot kernel: {dims}"
+        config = tuple(sorted(payload["op"]["config"].items()))
+        calls.setdefault(_KERNELS[key], set()).add(
+            (config, _shape(args["lhs"]), _shape(args["rhs"]), args["group_sizes"]["num_groups"]))
+    return calls
+
+
+def _tiles(config: tuple) -> tuple[int, int, int]:
+    c = dict(config)
+    return c["tile_m"], c["tile_k"], c["tile_n"]
+
+
+def _module(kernel: Any, name: str) -> Any:
+    """The kernel's module `name` (tokamax.moe.tiles, tokamax.roofline, the port's tiles_hook)."""
+    return importlib.import_module(f"{kernel.__name__}.{name}")
+
+
+def test_the_payloads_are_read():
+    """The payload as the lowered module writes it (quotes as \\22): a dlhs call and its Config."""
+    text = ('%0 = call @gmm(%a) {mhlo.frontend_attributes = {xla_metadata_payload = "tokamax:{\\22op\\22:{\\22__type'
+            '\\22:\\22k._ported._src.ops.ragged_dot.pallas_mosaic_tpu.PallasMosaicTpuRaggedDot\\22,\\22config\\22:'
+            '{\\22tile_m\\22:512,\\22tile_k\\22:1024,\\22tile_n\\22:256}},\\22arguments\\22:{\\22lhs\\22:\\22bf16'
+            '[4096,768]\\22,\\22rhs\\22:\\22bf16[8,2048,768]\\22,\\22group_sizes\\22:{\\22num_groups\\22:8},'
+            '\\22ragged_dot_dimension_numbers\\22:{\\22dot_dimension_numbers\\22:[[[1],[2]],[[],[]]],'
+            '\\22lhs_ragged_dimensions\\22:[0],\\22rhs_group_dimensions\\22:[0]}}}"}}')
+    assert kernel_calls(text) == {
+        "dlhs": {((("tile_k", 1024), ("tile_m", 512), ("tile_n", 256)), (4096, 768), (8, 2048, 768), 8)}}
+
+
+@pytest.mark.parametrize("case, shape, grad", [pytest.param(*c, id=c[0].name) for c in CASES])
+def test_the_call_lowers_with_the_rules_tiles(kernel, case, shape, grad):
+    m, k, n, groups = shape.rows, shape.hidden, shape.out, shape.experts
+    # each kernel's operands as upstream's Config names the dimensions (tokamax.moe.tiles)
+    operands = {"gmm": ((m, k), (groups, k, n)), "dlhs": ((m, n), (groups, k, n)), "tgmm": ((m, k), (m, n))}
+    calls = kernel_calls(compiler.lower(case, kernel).as_text())
+    assert set(calls) == ({"gmm", "dlhs", "tgmm"} if grad else {"gmm"}), calls
+    for which, found in calls.items():
+        assert len(found) == 1, f"{which}: more than one call or Config: {found}"
+        [(_, lhs, rhs, num_groups)] = found
+        assert (lhs, rhs, num_groups) == (*operands[which], groups), (which, lhs, rhs, num_groups)
+
+    with _module(kernel, "_ported._src.ops.ragged_dot.tiles_hook").upstream_heuristics():
+        upstream = kernel_calls(compiler.lower(case, kernel).as_text())
+    chip = topology.chip(case.target)
+    if chip == "v7x":  # upstream's own heuristic, untouched
+        assert calls == upstream
+        return
+    with compiler.tracing_for(kernel, chip):
+        figures = _module(kernel, "roofline").chip()
+    for which, found in calls.items():
+        [(config, *_)] = found
+        expected = _module(kernel, "moe.tiles").choose(which, m, k, n, groups, figures, 2)
+        assert _tiles(config) == tuple(expected), f"{case.name} {which}: lowered with {config}, the rule: {expected}"
+        assert tuple(expected) != DEFAULT_TILES
+        [(released, *_)] = upstream[which]
+        assert _tiles(released) == DEFAULT_TILES, f"{which}: under upstream's heuristics {released}"
