@@ -99,11 +99,18 @@ def test_the_call_lowers_with_the_rules_tiles(kernel, case, shape, grad):
     with _module(kernel, "_ported._src.ops.ragged_dot.tiles_hook").upstream_heuristics():
         upstream = kernel_calls(compiler.lower(case, kernel).as_text())
     chip = topology.chip(case.target)
-    if chip == "v7x":  # upstream's own heuristic, untouched
-        assert calls == upstream
-        return
     with compiler.tracing_for(kernel, chip):
         figures = _module(kernel, "roofline").chip()
+    tiles = _module(kernel, "moe.tiles")
+    if chip == "v7x":  # upstream's own heuristic, but a tgmm whose tiles do not fit the scoped VMEM (tiles_hook.fitted)
+        for which, found in calls.items():
+            [(config, *_)] = found
+            [(released, *_)] = upstream[which]
+            if which == "tgmm" and not tiles.fits("tgmm", tiles.Tiles(*_tiles(released)), figures):
+                assert _tiles(config) == tuple(tiles.choose("tgmm", m, k, n, groups, figures, 2)), (which, config)
+            else:
+                assert found == upstream[which], (which, found, upstream[which])
+        return
     for which, found in calls.items():
         [(config, *_)] = found
         expected = _module(kernel, "moe.tiles").choose(which, m, k, n, groups, figures, 2)

@@ -2,7 +2,7 @@
 tile rule answers instead (ours; port.kdl routes `_get_heuristics_config` here): `tokamax.moe.tiles`, loaded
 on first use from the package that holds this tree. Upstream's tuned tables still come first (the Op asks
 its heuristics only on a table miss), quantized calls keep upstream's defaults, and TPU7x keeps upstream's
-own heuristic.
+own heuristic, but for a tgmm whose tiles would not fit the scoped VMEM (`fitted`).
 
 `upstream_heuristics()` restores upstream's choice within a block: what the identity checks against
 upstream 0.0.17 compare under.
@@ -45,12 +45,9 @@ def _itemsize(x: Any) -> int:
     return int(getattr(dtype, "itemsize", 2) or 2)
 
 
-def config(ba: Any, config_cls: type, default_dims: Any, dlhs_dims: Any, drhs_dims: Any) -> Any:
-    """The Config for upstream's bound arguments `ba` (its three dimension numbers passed in by the caller,
-    the Op module): this package's tiles, or upstream's default Config within `upstream_heuristics()` and for
-    dimension numbers upstream's kernel refuses (its own error then follows)."""
-    if _UPSTREAM.get():
-        return config_cls()
+def _call(ba: Any, default_dims: Any, dlhs_dims: Any, drhs_dims: Any) -> tuple[str, int, int, int, int, int] | None:
+    """(kernel, m, k, n, groups, itemsize) of upstream's bound arguments, or None for dimension numbers upstream's
+    kernel refuses."""
     lhs, rhs = ba.args
     dims = ba.arguments.get("ragged_dot_dimension_numbers", default_dims)
     if dims == default_dims:
@@ -60,7 +57,33 @@ def config(ba: Any, config_cls: type, default_dims: Any, dlhs_dims: Any, drhs_di
     elif dims == drhs_dims:
         (m, k), (_, n), kernel = lhs.shape, rhs.shape, "tgmm"
     else:
+        return None
+    return kernel, m, k, n, _groups(ba.arguments["group_sizes"]), max(_itemsize(lhs), _itemsize(rhs))
+
+
+def fitted(ba: Any, chosen: Any, config_cls: type, default_dims: Any, dlhs_dims: Any, drhs_dims: Any) -> Any:
+    """Upstream's TPU7x tgmm Config where it fits the scoped VMEM, else this package's tiles: upstream's tgmm
+    heuristic checks its tiles against a VMEM model that leaves out the float32 accumulator, and at OLMoE's
+    backward (1024 x 2048 x 1024) libtpu refuses it (35.37M of the 32M scoped VMEM)."""
+    call = _call(ba, default_dims, dlhs_dims, drhs_dims)
+    if _UPSTREAM.get() or call is None:
+        return chosen
+    rule = _rule()
+    kernel, m, k, n, groups, itemsize = call
+    on = rule.roofline.chip()
+    if rule.fits(kernel, rule.Tiles(chosen.tile_m, chosen.tile_k, chosen.tile_n), on, itemsize):
+        return chosen
+    tm, tk, tn = rule.choose(kernel, m, k, n, groups, on, itemsize)
+    return config_cls(tile_m=tm, tile_k=tk, tile_n=tn, input_buffer_count=chosen.input_buffer_count,
+                      combine_scopes=chosen.combine_scopes)
+
+
+def config(ba: Any, config_cls: type, default_dims: Any, dlhs_dims: Any, drhs_dims: Any) -> Any:
+    """The Config for upstream's bound arguments `ba` (its three dimension numbers passed in by the caller,
+    the Op module): this package's tiles, or upstream's default Config within `upstream_heuristics()` and for
+    dimension numbers upstream's kernel refuses (its own error then follows)."""
+    call = _call(ba, default_dims, dlhs_dims, drhs_dims)
+    if _UPSTREAM.get() or call is None:
         return config_cls()
-    itemsize = max(_itemsize(lhs), _itemsize(rhs))
-    tm, tk, tn = _rule().for_call(kernel, m, k, n, _groups(ba.arguments["group_sizes"]), itemsize)
+    tm, tk, tn = _rule().for_call(*call)
     return config_cls(tile_m=tm, tile_k=tk, tile_n=tn)
