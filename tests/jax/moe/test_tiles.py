@@ -8,6 +8,7 @@ import json
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from tests.conftest import REPO
@@ -115,3 +116,40 @@ def test_on_the_v5e_every_shape_ran_faster_than_with_upstreams_default_tiles():
     assert set(before) == set(after) and len(after) == 2 * len(EXPERTS)
     slow = {key: before[key] / after[key] for key in after if before[key] / after[key] < 3}
     assert not slow, f"less than 3x faster than the default tiles: {slow}"
+
+
+@pytest.mark.kernels_ci
+def test_the_row_tile_divides_the_rows(tiles, v5e):
+    """The kernels need the rows to be a multiple of the row tile (or the tile all of them)."""
+    for m in (1000, 1280, 1536, 2304, 3000 * 128, 8192 + 128):
+        for name in ("gmm", "dlhs", "tgmm"):
+            t = tiles.choose(name, m, 2048, 1024, 8, v5e)
+            assert m % t.tm == 0, (m, name, t)
+    assert tiles.choose("gmm", 1100, 2048, 1024, 8, v5e) == (128, 128, 128)  # refused whatever the tiles, as upstream
+
+
+@pytest.mark.parametrize("m", [1280, 700])
+def test_the_public_op_with_the_rules_tiles_matches_the_reference(kernel, emulation, tiles, m):
+    """Interpret mode on the v5e's tiling: rows a wider tile does not divide, a contraction (720) that is no
+    multiple of the k tile, 37 rows past the groups; values and both gradients against XLA at HIGHEST."""
+    k, n, g = 720, 640, 3
+    r = np.random.default_rng(m)
+    lhs = jnp.asarray(r.standard_normal((m, k)), jnp.float32)
+    rhs = jnp.asarray(r.standard_normal((g, k, n)) * k ** -0.5, jnp.float32)
+    gs = jnp.asarray(r.multinomial(m - 37, np.ones(g) / g), jnp.int32)
+    kept = m - 37  # rows past the groups are undefined in upstream's call
+
+    def run(fn):  # noqa: ANN001, ANN202
+        def loss(a, b):  # noqa: ANN001, ANN202
+            return (fn(a, b)[:kept] ** 2).sum()
+        return lambda a, b: (fn(a, b)[:kept], *jax.grad(loss, (0, 1))(a, b))
+
+    with emulation.emulated_chip("v5e"):
+        want_tiles = {name: tiles.choose(name, m, k, n, g, kernel.roofline.chip(), 4) for name in ("gmm", "dlhs")}
+    assert all(m % t.tm == 0 for t in want_tiles.values()) and want_tiles["gmm"] != (128, 128, 128), want_tiles
+    with emulation.interpret_on_cpu("v5e"), kernel.ops.config.cross_compile(True):
+        got = jax.jit(run(lambda a, b: kernel.ops.ragged_dot(a, b, gs, implementation="mosaic")))(lhs, rhs)
+    want = run(lambda a, b: jax.lax.ragged_dot(a, b, gs, precision=jax.lax.Precision.HIGHEST))(lhs, rhs)
+    for name, g_, w in zip(("out", "dlhs", "drhs"), got, want, strict=True):
+        # float32 sums of 720 (out, dlhs: 640) terms in another order: a few units of 2^-24 relative
+        assert float(jnp.linalg.norm(g_[:kept] - w[:kept]) / jnp.linalg.norm(w[:kept])) < 1e-5, name

@@ -3,7 +3,8 @@ on chips before TPU7x, where upstream's heuristics return the default 128 x 128 
 on a v5e, where wide tiles reach 100-170): upstream's tuned table still wins where it has the call's entry,
 and TPU7x keeps upstream's own heuristic.
 
-The rule: among tiles of 128 to 1024 rows and 128 to 2048 of each other dimension (or the whole dimension),
+The rule: among tiles of 256 to 1024 rows that divide the rows (or all of them; 128 where nothing wider divides)
+and 128 to 2048 of each other dimension (or the whole dimension),
 those whose VMEM (`vmem_bytes`) fits the chip's scoped VMEM, the fastest by the roofline (`seconds`): MXU
 time over the padded tiles actually visited (a group's last row tile is worked whole), HBM time of every
 operand as the grid re-reads it, and a fixed cost per grid step. The VMEM model and the rule were checked
@@ -49,6 +50,13 @@ def _options(size: int, choices: tuple[int, ...]) -> list[int]:
     return sorted(set(out))
 
 
+def _row_options(m: int) -> list[int]:
+    """Row tiles for m rows: the kernels need m to be a multiple of the row tile (`make_group_metadata`), or the
+    tile to be all of m (up to the largest row tile); 128 only where nothing wider divides m."""
+    out = [t for t in ROWS if t < m and m % t == 0] + ([m] if m <= ROWS[-1] else [])
+    return sorted(set(out)) or ([128] if m % 128 == 0 else [])
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -91,8 +99,9 @@ def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip
 
 
 def choose(kernel: str, m: int, k: int, n: int, groups: int, on: Chip, itemsize: int = 2) -> Tiles:
-    """The fastest fitting tiles for `kernel` at (m, k, n) over `groups` groups on `on`."""
-    candidates = [Tiles(*t) for t in itertools.product(_options(m, ROWS), _options(k, COLUMNS), _options(n, COLUMNS))]
+    """The fastest fitting tiles for `kernel` at (m, k, n) over `groups` groups on `on`; upstream's default where
+    no row tile divides m (the kernels refuse such an m whatever the tiles: upstream's op falls back as before)."""
+    candidates = [Tiles(*t) for t in itertools.product(_row_options(m), _options(k, COLUMNS), _options(n, COLUMNS))]
     fitting = [t for t in candidates if fits(kernel, t, on, itemsize)]
     if not fitting:
         return Tiles(128, 128, 128)
