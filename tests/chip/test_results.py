@@ -61,4 +61,4 @@ def test_the_cost_models_choices_rest_on_are_within_20_percent_of_the_chip(kerne
                 off.append((path.name, r["case"], r["impl"], r["pass"], round(p / r["median_s"], 2)))
     # OLMoE's forward with the rule's tiles: 64 groups of ~512 rows, the boundary tiles the model counts whole
     assert off == [("v5e-2026-12-04-bench-moe-9410969.json", "OLMoE: 32768 x 2048 -> 1024, 64 experts", "tokamax",
-                    "fwd", 0.78)], off
+                    "fwd", 0.77)], off

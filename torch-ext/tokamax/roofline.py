@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-STEP_SECONDS = 0.35e-6
-"""A Pallas TPU grid step's fixed cost (pipeline bookkeeping and DMA issue), the figure Pallas's TPU
-guide gives; it makes many small blocks cost what they do."""
+STEP_SECONDS = 0.28e-6
+"""A Pallas TPU grid step's fixed cost (pipeline bookkeeping and DMA issue), as the v5e measured it: the
+grouped matmul at upstream's 128-cube tiles (65,000 to 490,000 steps at five model shapes,
+benchmarks/measured/v5e-2026-12-04-bench-a9c94e4.json) within 7% of its roofline at 0.28 us, where the
+Pallas guide's 0.35 put two shapes 22-25% over. It makes many small blocks cost what they do."""
 
 MEASURED = {
     # chip version: (bf16 matmul flops/s, HBM bytes/s) measured on the chip (benchmarks/measured/v5e-*.json)
@@ -50,11 +52,20 @@ class Chip(NamedTuple):
         return scoped // 4 if self.generation == 5 else scoped // 2 if self.generation == 6 else scoped
 
 
-def seconds(flops: float, bytes_accessed: float, steps: int, on: Chip, mxu_fill: float = 1.0) -> float:
+def seconds(flops: float, bytes_accessed: float, steps: int, on: Chip, mxu_fill: float = 1.0,
+            serial: float = 0.0) -> float:
     """The roofline time of a kernel: the larger of its MXU time (flops at the MXU's fill) and its HBM time,
-    plus a fixed cost per grid step. Every cost model in this package (the LM head's kernels and chunked
-    scheme, distillation's kernels, the grouped matmul's tiles) is timed by this one function."""
-    return max(flops / (mxu_fill * on.peak_flops), bytes_accessed / on.hbm_bandwidth) + steps * STEP_SECONDS
+    plus a fixed cost per grid step and `serial` seconds of work neither hides (measured, per kernel: the LM
+    head's online statistics, XLA's accumulator in the chunked scheme). Every cost model in this package (the
+    LM head's kernels and chunked scheme, distillation's kernels, the grouped matmul's tiles) is timed by this
+    one function."""
+    return max(flops / (mxu_fill * on.peak_flops), bytes_accessed / on.hbm_bandwidth) + steps * STEP_SECONDS + serial
+
+
+def scaled(v5e_seconds: float, on: Chip) -> float:
+    """Seconds of vector work measured on the v5e, on `on`: scaled by the ratio of matmul peaks (the vector
+    units assumed to keep pace with the MXU from one chip to the next; only the v5e has been measured)."""
+    return v5e_seconds * MEASURED["TPU v5 lite"][0] / on.peak_flops
 
 
 def _kind(version: str) -> str:

@@ -1,9 +1,9 @@
 """The labels path's training loss with its gradients from the forward (`tokamax.lm_head.fused`,
 `loss_and_grads` at the scheme it picks on each chip) at the LM-head issue's step: 16,384 tokens,
-hidden 4096, bf16, Qwen's and Llama's vocabularies. On v6e and v7x it picks Liger's chunked scheme:
-three vocabulary-sized XLA matmuls (dot ops, no kernel; XLA's flop count says three), temporaries
-within its own estimate (`fused.cost(...).temp_bytes`) and an eighth of HBM; on v5e (16 GB) our three
-kernels."""
+hidden 4096, bf16, Qwen's and Llama's vocabularies. On v7x it picks Liger's chunked scheme: three
+vocabulary-sized XLA matmuls (dot ops, no kernel; XLA's flop count says three), temporaries within its
+own estimate (`fused.cost(...).temp_bytes`) and an eighth of HBM; on v5e (16 GB) and v6e (32 GB) our three
+kernels (the chunks that fit there lose to them once the accumulator's cost the v5e measured is counted)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _check(chip: str, vocab: int) -> Any:
     def check(outcome: Any) -> None:
         chunk, estimate = _PICKED[chip, vocab]
         kernels, temp = outcome.hlo["tpu_custom_call"], outcome.memory["temp"]
-        if chip == "v5e":
+        if chip in ("v5e", "v6e"):
             assert chunk is None and kernels == 3, f"{outcome.name}: chunk {chunk}, {kernels} kernels; expected ours"
             return
         assert chunk and kernels == 0, f"{outcome.name}: chunk {chunk}, {kernels} kernels; expected the chunked scheme"

@@ -36,6 +36,13 @@ from .. import roofline
 from ..roofline import STEP_SECONDS, Chip, chip  # noqa: F401 - the chip figures, shared by every cost model
 from .blocks import Blocks
 
+STATISTICS_SECONDS = 13.2e-12
+"""Seconds per logit the forward kernel's online statistics take on the v5e beyond its roofline: six running
+reductions across each step's [rows, vocab] block (VPU and XLU work after the step's matmul, which it does
+not overlap). Measured (benchmarks/measured/v5e-2026-12-04-bench-a9c94e4.json): 66.7 ms at Llama 3 8B's head
+and 156.7 at Qwen3 8B's against a roofline of 52.6 and 124.4, 13.3 and 13.0 ps per logit; the backward
+kernels (no reduction across the vocabulary) ran within their roofline. Other chips: scaled by their
+matmul peak (`roofline.scaled`), the rule the one measured chip cannot yet refute."""
 ROW_VECTORS = {"forward": 1, "backward_x": 6, "backward_w": 6}  # targets; + lse and the coefficients a, b, c, d
 OUTPUT_VECTORS = 6  # the forward's per-row statistics (kernels.FORWARD_OUTPUTS)
 F32 = 4
@@ -51,6 +58,7 @@ class KernelCost:
     bytes_written: int
     matmuls: tuple[tuple[int, int, int], ...]  # (m, n, k) of each grid step's matmuls
     vmem_bytes: int  # what it holds in VMEM (blocks.Blocks.kernel_vmem_bytes)
+    statistics: int = 0  # logits whose online statistics the kernel keeps (the forward: all of its grid's)
 
     @property
     def bytes_accessed(self) -> int:
@@ -69,8 +77,11 @@ class KernelCost:
         return used / tiles
 
     def seconds(self, on: Chip) -> float:
-        """The roofline time on `on`: max(MXU time at this fill, HBM time) + a fixed cost per grid step."""
-        return roofline.seconds(self.flops, self.bytes_accessed, self.grid[0] * self.grid[1], on, self.mxu_fill(on.mxu))
+        """The roofline time on `on`: max(MXU time at this fill, HBM time) + a fixed cost per grid step, + the
+        online statistics' time (`STATISTICS_SECONDS`), which the MXU's does not hide."""
+        serial = self.statistics * roofline.scaled(STATISTICS_SECONDS, on)
+        return roofline.seconds(self.flops, self.bytes_accessed, self.grid[0] * self.grid[1], on, self.mxu_fill(on.mxu),
+                                serial=serial)
 
     def estimate(self) -> pl.CostEstimate:
         return pl.CostEstimate(flops=self.flops, transcendentals=self.transcendentals,
@@ -92,7 +103,7 @@ def forward(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *
             + nr * (vocab * hidden * itemsize + nv * blocks.vocab * F32))  # w and the bias: once per row block
     return KernelCost("forward", (nr, nv), 2 * logits * hidden, logits * (1 + soft_cap) + rows * nv + 2 * rows,
                       read, OUTPUT_VECTORS * rows * F32, ((blocks.rows, blocks.vocab, hidden),),
-                      blocks.kernel_vmem_bytes("forward", hidden, itemsize, transposed=transposed))
+                      blocks.kernel_vmem_bytes("forward", hidden, itemsize, transposed=transposed), statistics=logits)
 
 
 def backward_x(rows: int, hidden: int, vocab: int, itemsize: int, blocks: Blocks, *, soft_cap: bool = False,

@@ -41,6 +41,13 @@ from .transform import LogitTransform
 CHUNKS = (4096, 2048, 1024)
 """Chunk rows the chunked scheme takes: below 1024, re-reading and re-writing the float32 dW per chunk
 costs more HBM time than the two matmuls it serves."""
+ACCUMULATOR_PASSES = 12
+"""What the float32 dW accumulator costs beyond the roofline, in passes over it at the HBM bandwidth: XLA's
+loop does not hide its read-modify-write behind the matmuls. Measured on the v5e (benchmarks/measured/
+v5e-2026-12-04-bench-a9c94e4.json): the chunked scheme ran 29.8 ms over its roofline at Llama 3 8B's head in
+chunks of 2048 (8.4 passes over its 2.1 GB accumulator), 60.7 and 67.1 ms at Qwen3 8B's in chunks of 8192 and
+2048 (14.4 and 15.9 passes over 2.5 GB), and at its roofline in one chunk (no accumulator); 12 puts all four
+within 8%."""
 HBM_SHARE = 8
 """The chunked scheme's temporaries may take 1/HBM_SHARE of the chip's HBM (the rest is the model's)."""
 
@@ -53,9 +60,11 @@ class ChunkedCost:
     flops: int
     bytes_accessed: int
     temp_bytes: int
+    accumulator_bytes: int = 0  # dW's float32 accumulator, where there is more than one chunk
 
     def seconds(self, on: Chip) -> float:
-        return roofline.seconds(self.flops, self.bytes_accessed, 0, on)
+        return roofline.seconds(self.flops, self.bytes_accessed, 0, on,
+                                serial=ACCUMULATOR_PASSES * self.accumulator_bytes / on.hbm_bandwidth)
 
 
 def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_grad: bool = True) -> ChunkedCost:
@@ -70,7 +79,8 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_g
     accumulator = vocab * hidden * 4 if weight_grad else 0
     moved = chunks * per_chunk + (2 * chunks - 1) * accumulator
     temps = chunk * vocab * (4 + 4 + itemsize) + accumulator
-    return ChunkedCost(chunk, matmuls * 2 * chunks * chunk * vocab * hidden, moved, temps)
+    return ChunkedCost(chunk, matmuls * 2 * chunks * chunk * vocab * hidden, moved, temps,
+                       accumulator if chunks > 1 else 0)
 
 
 def choose(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True) -> int | None:
