@@ -60,7 +60,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("what", choices=("check", "bench", "sweep", "all"))
     parser.add_argument("--out", type=Path, default=Path("build/chip"))
     parser.add_argument("--commit", default=os.environ.get("TOKAMAX_COMMIT", "unknown"))
-    parser.add_argument("--only", default="", help="bench: comma-separated workload modules (attention,moe,lm_head)")
+    parser.add_argument("--only", default="", help="bench: comma-separated workload modules (attention,moe,lm_head); "
+                        "check: families (models and the JAX tier's case families: check.families())")
     parser.add_argument("--jobs", type=int, default=6, help="compiles at a time")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--bundle", type=Path, default=load.BUNDLE)
@@ -75,7 +76,8 @@ def main(argv: list[str]) -> int:
 
         out = ResultsFile(args.out / "check.json", header(args.commit, "check"))
         counts: dict[str, int] = {}
-        for o in outcomes(tk):
+        only = {n for n in args.only.split(",") if n} if args.what == "check" and args.only else None
+        for o in outcomes(tk, only):
             counts[o.status] = counts.get(o.status, 0) + 1
             out.add({"name": o.name, "status": o.status, "detail": o.detail, "seconds": round(o.seconds, 2)})
             print(f"{o.status:8s} {o.name} ({o.seconds:.1f} s) {o.detail}", flush=True)

@@ -64,12 +64,13 @@ def _needs_newer_jax(tk: ModuleType, family: str) -> str | None:
     return floor.lacks(*getattr(floor, NEEDS_JAX_FLOOR[family]))
 
 
-def _jax_tier_cases(tk: ModuleType) -> Iterator[Outcome]:
+def _jax_tier_cases(tk: ModuleType, only: set[str] | None = None) -> Iterator[Outcome]:
     from tests.jax.cases import all_cases, resolver
 
     get = resolver(f"{tk.__name__}._ported")
     first = ("ragged_dot", "splash_attention", "ring_attention", "batched_rpa")  # what v5e users run most
-    for case in sorted(all_cases(), key=lambda c: c.id.split("/")[0] not in first):
+    cases = [c for c in all_cases() if only is None or c.id.split("/")[0] in only]
+    for case in sorted(cases, key=lambda c: c.id.split("/")[0] not in first):
         start = time.perf_counter()
         if case.mesh[1] > 1:
             yield Outcome(case.id, "skipped", f"needs {case.mesh[1]} devices (this host has one chip)")
@@ -236,6 +237,22 @@ def _model_shapes(tk: ModuleType) -> Iterator[Outcome]:
         yield _guarded(name, check)
 
 
-def outcomes(tk: ModuleType) -> Iterator[Outcome]:
-    yield from _model_shapes(tk)
-    yield from _jax_tier_cases(tk)
+MODELS = "models"
+"""The name `--only` takes for the checks at real model shapes (the rest are the JAX tier's case families)."""
+
+
+def families() -> list[str]:
+    """What `outcomes(only=...)` can select: the model-shape checks and each JAX-tier case family."""
+    from tests.jax.cases import all_cases
+
+    return [MODELS, *sorted({c.id.split("/")[0] for c in all_cases()})]
+
+
+def outcomes(tk: ModuleType, only: set[str] | None = None) -> Iterator[Outcome]:
+    """Every check (`only`: those of the named families, `families()`), the model shapes first: a run cut at its
+    time limit has done those (split a run by `only` where one command cannot hold it)."""
+    if only is not None and (unknown := only - set(families())):
+        raise ValueError(f"tools.chip check: no family {sorted(unknown)}; one of {families()}")
+    if only is None or MODELS in only:
+        yield from _model_shapes(tk)
+    yield from _jax_tier_cases(tk, only)

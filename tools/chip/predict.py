@@ -6,6 +6,7 @@ kernel and blocks): its records have no prediction."""
 
 from __future__ import annotations
 
+import re
 from types import ModuleType
 from typing import Any
 
@@ -40,8 +41,8 @@ def _head(tk: ModuleType, r: dict, chip: Any) -> float | None:
     if h is None:
         return None
     lm = tk.lm_head
-    if r["impl"].startswith("tokamax (chunks of "):
-        return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, int(r["impl"].split()[-1].rstrip(")"))).seconds(chip)
+    if chunked := re.fullmatch(r"tokamax \(chunks of (\d+)(, pair accumulator)?\)", r["impl"]):
+        return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, int(chunked[1]), pair=bool(chunked[2])).seconds(chip)
     if r["impl"] in ("tokamax", "tokamax (kernels)"):
         if r["impl"] == "tokamax" and r["pass"] == "fwd+bwd" and lm.fused.choose(h.rows, h.hidden, h.vocab, 2, chip):
             chunk = lm.fused.choose(h.rows, h.hidden, h.vocab, 2, chip)

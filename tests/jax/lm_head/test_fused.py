@@ -159,3 +159,39 @@ def test_a_target_outside_the_vocabulary_is_refused_on_the_host_and_nan_when_tra
                                                     lm_head.IDENTITY, 0.0, 0.0)
     for name, got, want in (("dx", dx, want_dx), ("dw", dw, want_dw), ("db", db, want_db)):
         np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.kernels_ci
+def test_the_pair_accumulator_gives_dw_within_one_rounding_of_the_float32_one(kernel, emulation):
+    """bf16, 300 rows in 5 chunks of 64: the loss, dx and db do not involve dW's accumulator and are the same
+    bits; dW from the (high, low) pair is the float32 accumulator's within one bf16 rounding of itself plus
+    what the pair's low half loses: at most 2^-9 of it per chunk, itself at most 2^-8 of the running sum, so
+    5 x 2^-17 of the products' magnitude |G|.T |x| (cancelling sums keep that absolute error); the cost model
+    counts the pair's low half alone as a temporary, and the same bytes per pass."""
+    import jax.numpy as jnp
+
+    lm_head = kernel.lm_head
+    rows, hidden, vocab = 300, 128, 1000
+    x, w, b, targets = _operands(rows, hidden, vocab, seed=7)
+    x, w = jnp.asarray(x, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)
+    m = np.ones(rows, np.float32)
+    out = {}
+    for pair in (False, True):
+        with emulation.interpret_on_cpu("v6e"):
+            out[pair] = jax.jit(lambda x, w, pair=pair: lm_head.fused.loss_and_grads(
+                x, w, None, targets, m, lm_head.IDENTITY, chunk=64, pair_accumulator=pair))(x, w)
+    (loss, dx, dw, db), (loss_p, dx_p, dw_p, db_p) = out[False], out[True]
+    assert dw_p.dtype == dw.dtype == jnp.bfloat16
+    assert float(loss) == float(loss_p)
+    np.testing.assert_array_equal(np.asarray(dx, np.float32), np.asarray(dx_p, np.float32))
+    np.testing.assert_array_equal(np.asarray(db), np.asarray(db_p))
+    a, p = np.asarray(dw, np.float64), np.asarray(dw_p, np.float64)
+    ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(a), 1e-30))) - 7)  # bf16: 8 significant bits
+    *_, g_abs, _ = _reference(np.asarray(x, np.float32), np.asarray(w, np.float32), None, targets, m,
+                              lm_head.IDENTITY, 0.0, 0.0)
+    bound = ulp + 5 * 2.0 ** -17 * (g_abs.T @ np.abs(np.asarray(x, np.float64)))
+    assert (np.abs(a - p) <= bound).all(), float((np.abs(a - p) / bound).max())
+    assert (a != p).mean() < 0.05  # mostly the same rounding
+    f32, pair = (lm_head.fused.cost(16384, 4096, 151936, 2, 1024, pair=p) for p in (False, True))
+    assert f32.temp_bytes - pair.temp_bytes == 151936 * 4096 * 4 - 151936 * 4096 * 2
+    assert (f32.bytes_accessed, f32.accumulator_bytes) == (pair.bytes_accessed, pair.accumulator_bytes)

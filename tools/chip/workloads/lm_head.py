@@ -14,7 +14,9 @@ import jax.numpy as jnp
 from ..models import DISTILL, HEADS, STATISTICS
 from . import Workload, normal, with_grads
 
-CHUNKS = (2048, 8192)  # the chunked scheme at fixed chunks, beside the package's own choice
+CHUNKS = (1024, 2048, 8192)  # the chunked scheme at fixed chunks, beside the package's own choice
+PAIR_CHUNKS = (1024, 2048)  # the same with dW accumulated in a bf16 pair (`pair_accumulator`), not yet chosen
+WHOLE = "tokamax (whole-block bodies)"  # the kernels without their inner loop over columns (`whole_blocks`)
 BETA = 0.5
 
 
@@ -46,18 +48,31 @@ def _head_args(rows: int, hidden: int, vocab: int) -> tuple:
     return normal(1, (rows, hidden)), normal(2, (vocab, hidden), scale=hidden ** -0.5), t
 
 
+def whole_blocks(lm_head: ModuleType, x: jax.Array, w: jax.Array) -> object:
+    """The package's plan for x and w with each kernel's body over its whole block at once (no inner loop over
+    `kernels.COMPUTE` columns): the kernels as they were before that loop, for the side-by-side."""
+    plan = lm_head.stats.plan_for(x, w)
+    blocks = {k: lm_head.Blocks(plan[k].rows, plan[k].vocab, compute=plan[k].vocab) for k in lm_head.blocks.KERNELS}
+    return lm_head.Plan(plan.rows, blocks["forward"], blocks["backward_x"], blocks["backward_w"], plan.transposed)
+
+
 def workloads(tk: ModuleType) -> Iterator[Workload]:
     lm_head = tk.lm_head
 
-    def labels(chunk: object):  # noqa: ANN202
+    def labels(chunk: object, whole: bool = False, pair: bool = False):  # noqa: ANN202
         def fn(x: jax.Array, w: jax.Array, t: jax.Array) -> tuple:
             weights = jnp.full(t.shape, 1.0 / t.shape[0], jnp.float32)
-            return lm_head.fused.loss_and_grads(x, w, None, t, weights, lm_head.IDENTITY, chunk=chunk)[:3]
+            plan = whole_blocks(lm_head, x, w) if whole else None
+            return lm_head.fused.loss_and_grads(x, w, None, t, weights, lm_head.IDENTITY, chunk=chunk, plan=plan,
+                                                pair_accumulator=pair)[:3]
         return fn
 
-    def forward_loss(x: jax.Array, w: jax.Array, t: jax.Array) -> jax.Array:
-        s = lm_head.row_stats(x, w, None, t)
+    def forward_loss(x: jax.Array, w: jax.Array, t: jax.Array, whole: bool = False) -> jax.Array:
+        s = lm_head.row_stats(x, w, None, t, plan=whole_blocks(lm_head, x, w) if whole else None)
         return jnp.mean(s.lse - s.target_logit)
+
+    def forward_whole(x: jax.Array, w: jax.Array, t: jax.Array) -> jax.Array:
+        return forward_loss(x, w, t, whole=True)
 
     for h in HEADS:
         case = f"{h.model} head: {h.rows} rows, hidden {h.hidden}, vocabulary {h.vocab}"
@@ -65,11 +80,17 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
             return _head_args(h.rows, h.hidden, h.vocab)
         flops = 2 * h.rows * h.hidden * h.vocab
         yield Workload("lm_head_loss", case, "tokamax", "fwd", lambda m=make: (forward_loss, m()), flops)
+        yield Workload("lm_head_loss", case, WHOLE, "fwd", lambda m=make: (forward_whole, m()), flops)
         yield Workload("lm_head_loss", case, "xla", "fwd", lambda m=make: (xla_loss, m()), flops)
         variants = {"tokamax": "auto", "tokamax (kernels)": None,
                     **{f"tokamax (chunks of {c})": c for c in CHUNKS}}
         for impl, chunk in variants.items():
             yield Workload("lm_head_loss", case, impl, "fwd+bwd", lambda m=make, c=chunk: (labels(c), m()), 3 * flops)
+        yield Workload("lm_head_loss", case, f"{WHOLE[:-1]}, kernels)", "fwd+bwd",
+                       lambda m=make: (labels(None, whole=True), m()), 3 * flops)
+        for c in PAIR_CHUNKS:
+            yield Workload("lm_head_loss", case, f"tokamax (chunks of {c}, pair accumulator)", "fwd+bwd",
+                           lambda m=make, c=c: (labels(c, pair=True), m()), 3 * flops)
         yield Workload("lm_head_loss", case, "xla", "fwd+bwd",
                        lambda m=make: (with_grads(xla_loss, (0, 1)), m()), 3 * flops)
 

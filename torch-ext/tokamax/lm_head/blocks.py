@@ -48,6 +48,9 @@ def vmem_limit(vmem_capacity: int) -> int:
 class Blocks:
     rows: int
     vocab: int
+    compute: int = 0
+    """Vocabulary columns of one iteration of the kernel's inner loop (`kernels.COMPUTE`, its default where 0);
+    `vocab` for the whole block at once."""
 
     def kernel_vmem_bytes(self, kernel: str, hidden: int, itemsize: int, *, transposed: bool = False) -> int:
         """What `kernel` (one of `KERNELS`) holds in VMEM at these blocks (`transposed`: on x.T and w.T)."""

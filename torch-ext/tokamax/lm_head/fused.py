@@ -10,6 +10,8 @@ Two schemes, one result (`loss_and_grads`):
 - **chunked** (Liger's): per chunk of rows, the [chunk, vocab] float32 logits in HBM from one XLA
   matmul, the gradient block G from them, dx = G @ w and dW += G.T @ x (float32, in HBM): three
   vocabulary-sized matmuls per step, for chunk x vocab x 10 bytes and a float32 dW of temporaries.
+  With `pair_accumulator`, dW accumulates as two arrays of w's dtype (the float32 sum rounded, and what
+  that rounding left), half the accumulator's temporaries at 16 bits; not chosen until a chip times it.
 - **kernels**: our Pallas kernels (`kernels`): the statistics, then dx and dW with the loss's per-row
   coefficients: five matmuls (the backward kernels recompute the logits), about 1 MiB of temporaries.
 
@@ -67,18 +69,20 @@ class ChunkedCost:
                                 serial=ACCUMULATOR_PASSES * self.accumulator_bytes / on.hbm_bandwidth)
 
 
-def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_grad: bool = True) -> ChunkedCost:
+def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_grad: bool = True,
+         pair: bool = False) -> ChunkedCost:
     """Per chunk: w read by the logits' and dx's matmuls (a frozen head's too), x_c by the logits' and dW's,
     dx_c written, the logits written and read in float32, G written once and read by dx's and dW's matmuls;
     dW's float32 accumulator read and written per chunk (written only by the first). Three matmuls (two for
-    a frozen head: no dW)."""
+    a frozen head: no dW). `pair`: the accumulator as two arrays of w's dtype (`loss_and_grads`), the same
+    bytes per pass at 16 bits, and only the low half a temporary (the high half is dW)."""
     chunks = -(-rows // chunk)
     matmuls = 3 if weight_grad else 2
     w, x_c = vocab * hidden * itemsize, chunk * hidden * itemsize
     per_chunk = 2 * w + matmuls * x_c + 2 * chunk * vocab * 4 + matmuls * chunk * vocab * itemsize
-    accumulator = vocab * hidden * 4 if weight_grad else 0
+    accumulator = vocab * hidden * (2 * itemsize if pair else 4) if weight_grad else 0
     moved = chunks * per_chunk + (2 * chunks - 1) * accumulator
-    temps = chunk * vocab * (4 + 4 + itemsize) + accumulator
+    temps = chunk * vocab * (4 + 4 + itemsize) + (accumulator // 2 if pair else accumulator)
     return ChunkedCost(chunk, matmuls * 2 * chunks * chunk * vocab * hidden, moved, temps,
                        accumulator if chunks > 1 else 0)
 
@@ -102,8 +106,20 @@ def _weighted(m: jax.Array, lse: jax.Array, zt: jax.Array, sum_z: jax.Array, voc
     return jnp.where(m > 0, m * loss, 0.0)
 
 
+def _accumulated(acc: jax.Array | tuple[jax.Array, jax.Array], part: jax.Array
+                 ) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """acc + part: a float32 accumulator, or a (high, low) pair of 16-bit arrays whose sum carries about 16
+    bits of the float32 sum (high is that sum rounded to the dtype: dW as it is returned)."""
+    if not isinstance(acc, tuple):
+        return acc + part
+    high, low = acc
+    total = high.astype(jnp.float32) + low.astype(jnp.float32) + part
+    rounded = total.astype(high.dtype)
+    return rounded, (total - rounded.astype(jnp.float32)).astype(low.dtype)
+
+
 def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
-             z_loss: float, smoothing: float, chunk: int, weight_grad: bool
+             z_loss: float, smoothing: float, chunk: int, weight_grad: bool, pair: bool
              ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     rows, vocab = x.shape[0], w.shape[0]
     extra = round_up(rows, chunk) - rows
@@ -129,43 +145,47 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
         dx_c = jax.lax.dot_general(g_low, w, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         if weight_grad:
             dw, db = carry
-            dw = dw + jax.lax.dot_general(g_low, x_c, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-            carry = (dw, db + jnp.sum(g, axis=0))
+            part = jax.lax.dot_general(g_low, x_c, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+            carry = (_accumulated(dw, part), db + jnp.sum(g, axis=0))
         return carry, (loss, dx_c.astype(x.dtype))
 
-    init = (jnp.zeros(w.shape, jnp.float32), jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
+    zeros = (jnp.zeros(w.shape, w.dtype),) * 2 if pair else jnp.zeros(w.shape, jnp.float32)
+    init = (zeros, jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
     carry, (losses, dx) = jax.lax.scan(step, init, (xs, ts, ms))
     dx = dx.reshape(-1, x.shape[1])[:rows]
     if not weight_grad:
         return jnp.sum(losses), dx, None, None
     dw, db = carry
-    return jnp.sum(losses), dx, dw.astype(w.dtype), db
+    return jnp.sum(losses), dx, (dw[0] if pair else dw.astype(w.dtype)), db
 
 
 def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
-             z_loss: float, smoothing: float, weight_grad: bool
+             z_loss: float, smoothing: float, weight_grad: bool, plan: plans.Plan | None
              ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     vocab = w.shape[0]
-    stats = row_stats(x, w, b, targets, transform)
+    stats = row_stats(x, w, b, targets, transform, plan=plan)
     loss = jnp.sum(_weighted(m, stats.lse, stats.target_logit, stats.sum_logits, vocab, z_loss, smoothing))
     kept = m > 0
     d_lse = jnp.where(kept, m * (1.0 + 2.0 * z_loss * stats.lse), 0.0)
     d_target = jnp.where(kept, -m * (1.0 - smoothing), 0.0)
     d_sum = jnp.where(kept, -m * smoothing / vocab, 0.0)
     dx, dw, db = row_stats_vjp(x, w, b, targets, stats.lse, stats.entropy, d_lse, d_target, jnp.zeros_like(d_lse),
-                               d_sum, transform, weight_grad=weight_grad)
+                               d_sum, transform, weight_grad=weight_grad, plan=plan)
     return loss, dx, dw, db
 
 
 def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,
                    transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0, weight_grad: bool = True,
-                   chunk: int | None | str = "auto"
+                   chunk: int | None | str = "auto", plan: plans.Plan | None = None, pair_accumulator: bool = False
                    ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     """(sum_r weights_r loss_r float32 [], dx in x's dtype, dW in w's dtype, db float32 [vocab]; dW and db None
     where `weight_grad` is False). `targets` int [rows] in [0, vocab) where `weights` > 0 (others are not
     read): one outside is refused where it is on the host, else makes the loss NaN and adds nothing to the
     gradients, by either scheme (`targets`); `chunk`: "auto" (`choose` on the chip being traced for), None
-    (the kernels) or the chunk rows."""
+    (the kernels) or the chunk rows; `plan`: the kernels' blocks where they run (default: `plan.choose`'s);
+    `pair_accumulator`: the chunked scheme accumulates dW in two arrays of w's dtype, not one float32 array
+    (half its temporaries at 16 bits; dW within one rounding of the float32 accumulator's). `choose` does not
+    take it yet: no chip has timed it."""
     _check(x, w, b, targets)
     if weights.shape != targets.shape:
         raise ValueError(f"tokamax lm_head loss_and_grads: weights must be [rows] ({targets.shape[0]}), got "
@@ -176,6 +196,6 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     t = jnp.where(m > 0, targets, 0).astype(jnp.int32)
     target_checks.refuse("lm_head", t, w.shape[0])
     if chunk is None:
-        return _kernels(x, w, b, t, m, transform, z_loss, smoothing, weight_grad)
+        return _kernels(x, w, b, t, m, transform, z_loss, smoothing, weight_grad, plan)
     bias = jnp.zeros((w.shape[0],), jnp.float32) if b is None else b.astype(jnp.float32)
-    return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad)
+    return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, pair_accumulator)

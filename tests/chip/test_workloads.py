@@ -1,0 +1,38 @@
+"""The chip benchmark's LM-head workloads trace here as they will on the chip (the v5e emulated, the args as
+shapes): a variant added for a chip run fails in CI, not after a chip's start-up."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+
+from tools.chip.workloads import lm_head as head_workloads
+
+
+@pytest.mark.kernels_ci
+def test_every_lm_head_workload_traces_for_the_v5e(kernel, emulation):
+    traced = []
+    with emulation.emulated_chip("v5e"):
+        for w in head_workloads.workloads(kernel):
+            fn, specs = w.make_specs()
+            jax.jit(fn).trace(*specs)
+            traced.append((w.op, w.impl, w.pass_))
+    assert ("lm_head_loss", head_workloads.WHOLE, "fwd") in traced
+    assert ("lm_head_loss", "tokamax (whole-block bodies, kernels)", "fwd+bwd") in traced
+    assert ("lm_head_loss", "tokamax (chunks of 2048, pair accumulator)", "fwd+bwd") in traced
+    assert len(traced) == 32, traced
+
+
+@pytest.mark.kernels_ci
+def test_the_whole_block_plan_turns_the_inner_loop_off(kernel, emulation):
+    """The side-by-side's baseline: the package's blocks with each kernel's body over its whole block."""
+    lm_head = kernel.lm_head
+    x = jax.ShapeDtypeStruct((8192, 4096), "bfloat16")
+    w = jax.ShapeDtypeStruct((128256, 4096), "bfloat16")
+    with emulation.emulated_chip("v5e"):
+        chosen = lm_head.stats.plan_for(x, w)
+        whole = head_workloads.whole_blocks(lm_head, x, w)
+    for k in lm_head.blocks.KERNELS:
+        assert (whole[k].rows, whole[k].vocab) == (chosen[k].rows, chosen[k].vocab)
+        assert lm_head.kernels._width(k, whole[k]) == whole[k].vocab
+        assert lm_head.kernels._width(k, chosen[k]) == min(lm_head.kernels.COMPUTE[k], chosen[k].vocab)
