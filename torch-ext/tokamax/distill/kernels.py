@@ -23,6 +23,10 @@ vocabulary] logits ever exist.
   (log p_s + H) (the entropy's), then dx_s = G @ w_s (grid rows, vocabulary) and dw_s = G.T @ x_s,
   db_s = sum G (grid vocabulary, rows). The teacher gets no gradient.
 
+Inside a step, each kernel works its block `COMPUTE` vocabulary columns at a time in a `fori_loop`
+(`lm_head.columns`): Mosaic compiles one iteration's code, not the whole block's unrolled (the JSD with its
+gradients at 4,096 rows, student 2048, teacher 4096, vocabulary 151,936: 6.6 s for the v5e against 38.2).
+
 Ragged sizes: the arrays are passed as they are and the last row and vocabulary blocks overhang them
 (what is read past the end is undefined: NaN in interpret mode). Columns past the vocabulary are
 masked out of every sum (selected away, never multiplied), the student's weight rows past it are zeroed
@@ -40,12 +44,16 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from ..lm_head import columns
 from ..lm_head.blocks import vmem_limit
 from ..lm_head.transform import LogitTransform
 from . import cost
 from .blocks import Blocks, Sizes
 
 OUTPUTS = ("divergence", "entropy", "student_lse", "teacher_lse", "aux")
+COMPUTE = 256
+"""Vocabulary columns of one iteration of each kernel's loop over its block (`lm_head.columns`): Mosaic
+compiles one iteration, not the whole block unrolled."""
 KINDS = ("forward_kl", "reverse_kl", "jsd")
 
 
@@ -81,10 +89,12 @@ def _params() -> pltpu.CompilerParams:
                                 vmem_limit_bytes=vmem_limit(pltpu.get_tpu_info().vmem_capacity_bytes))
 
 
-def _logits(x_ref, w_ref, b_ref, transform: LogitTransform) -> tuple[jax.Array, jax.Array]:  # noqa: ANN001
-    """(z, dz/dl) of this step's block, float32 [rows, vocab]."""
-    raw = jax.lax.dot_general(x_ref[...], w_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-    return transform(raw + b_ref[...])
+def _logits(x_ref, w_ref, b_ref, transform: LogitTransform, offset, width: int  # noqa: ANN001
+            ) -> tuple[jax.Array, jax.Array]:
+    """(z, dz/dl) of `width` columns of this step's block from `offset`, float32 [rows, width]."""
+    raw = jax.lax.dot_general(x_ref[...], w_ref[pl.ds(offset, width), :], (((1,), (1,)), ((), ())),
+                              preferred_element_type=jnp.float32)
+    return transform(raw + b_ref[:, pl.ds(offset, width)])
 
 
 def _iota(shape: tuple[int, int], axis: int, block: int, index: jax.Array) -> jax.Array:
@@ -105,17 +115,12 @@ def forward(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.
     nr, nv = blocks.grid(sizes)
     kind, sweeps, beta = setting.kind, setting.sweeps, setting.beta
     ragged = vocab % blocks.vocab != 0
+    width = columns.width(blocks.vocab, COMPUTE)
 
     def kernel(xs_ref, ws_ref, bs_ref, xt_ref, wt_ref, bt_ref, div_ref, ent_ref, lse_s_ref, lse_t_ref,  # noqa: ANN001
                aux_ref, ms, ss, sds, mt, st, acc, kl) -> None:  # noqa: ANN001
         k = pl.program_id(1)
         j = jax.lax.rem(k, nv)
-        zs, _ = _logits(xs_ref, ws_ref, bs_ref, setting.student)
-        zt, _ = _logits(xt_ref, wt_ref, bt_ref, setting.teacher)
-        valid = _iota(zs.shape, 1, blocks.vocab, j) < vocab if ragged else None
-
-        def keep(v: jax.Array, fill: float = 0.0) -> jax.Array:
-            return v if valid is None else jnp.where(valid, v, fill)
 
         @pl.when(k == 0)
         def _init() -> None:
@@ -123,39 +128,50 @@ def forward(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.
             for ref in (ss, sds, st, acc, kl):
                 ref[...] = jnp.zeros_like(ref)
 
-        def fold(z: jax.Array, m_ref, s_ref) -> tuple[jax.Array, ...]:  # noqa: ANN001
-            """One block into a model's online log-sum-exp: (e^(z-m'), z-m', the rescaling, m - m', old s)."""
-            z_max = keep(z, -jnp.inf)
-            m_old, s_old = m_ref[...], s_ref[...]
-            m_new = jnp.maximum(m_old, jnp.max(z_max, axis=1))
-            alpha = jnp.exp(m_old - m_new)
-            e = jnp.exp(z_max - m_new[:, None])  # 0 in masked columns
-            d = keep(z - m_new[:, None])
-            s_ref[...] = s_old * alpha + jnp.sum(e, axis=1)
-            m_ref[...] = m_new
-            # the maximum's move, 0 before the first block (s 0 there, m -inf: no 0 * inf)
-            return e, d, alpha, jnp.where(s_old > 0, m_old - m_new, 0.0), s_old
+        def part(offset, carry):  # noqa: ANN001, ANN202
+            zs, _ = _logits(xs_ref, ws_ref, bs_ref, setting.student, offset, width)
+            zt, _ = _logits(xt_ref, wt_ref, bt_ref, setting.teacher, offset, width)
+            valid = _iota(zs.shape, 1, blocks.vocab, j) + offset < vocab if ragged else None
 
-        @pl.when(k < nv)
-        def _first_sweep() -> None:
-            es, ds, alpha_s, shift_s, ss_old = fold(zs, ms, ss)
-            et, dt, alpha_t, shift_t, st_old = fold(zt, mt, st)
-            sds[...] = alpha_s * (sds[...] + shift_s * ss_old) + jnp.sum(es * ds, axis=1)
-            if kind == "forward_kl":
-                acc[...] = alpha_t * (acc[...] + (shift_t - shift_s) * st_old) + jnp.sum(et * (dt - ds), axis=1)
-            elif kind == "reverse_kl":
-                acc[...] = alpha_s * (acc[...] + (shift_s - shift_t) * ss_old) + jnp.sum(es * (ds - dt), axis=1)
+            def keep(v: jax.Array, fill: float = 0.0) -> jax.Array:
+                return v if valid is None else jnp.where(valid, v, fill)
 
-        if sweeps == 2:
-            @pl.when(k >= nv)
-            def _second_sweep() -> None:
-                log_ps = zs - (ms[...] + jnp.log(ss[...]))[:, None]
-                log_pt = zt - (mt[...] + jnp.log(st[...]))[:, None]
-                log_m = _log_mixture(log_ps, log_pt, beta)
-                kl_s = jnp.exp(log_ps) * (log_ps - log_m)
-                terms = beta * jnp.exp(log_pt) * (log_pt - log_m) + (1.0 - beta) * kl_s
-                acc[...] += jnp.sum(keep(terms), axis=1)
-                kl[...] += jnp.sum(keep(kl_s), axis=1)
+            def fold(z: jax.Array, m_ref, s_ref) -> tuple[jax.Array, ...]:  # noqa: ANN001
+                """Columns into a model's online log-sum-exp: (e^(z-m'), z-m', the rescaling, m - m', old s)."""
+                z_max = keep(z, -jnp.inf)
+                m_old, s_old = m_ref[...], s_ref[...]
+                m_new = jnp.maximum(m_old, jnp.max(z_max, axis=1))
+                alpha = jnp.exp(m_old - m_new)
+                e = jnp.exp(z_max - m_new[:, None])  # 0 in masked columns
+                d = keep(z - m_new[:, None])
+                s_ref[...] = s_old * alpha + jnp.sum(e, axis=1)
+                m_ref[...] = m_new
+                # the maximum's move, 0 before the first block (s 0 there, m -inf: no 0 * inf)
+                return e, d, alpha, jnp.where(s_old > 0, m_old - m_new, 0.0), s_old
+
+            @pl.when(k < nv)
+            def _first_sweep() -> None:
+                es, ds, alpha_s, shift_s, ss_old = fold(zs, ms, ss)
+                et, dt, alpha_t, shift_t, st_old = fold(zt, mt, st)
+                sds[...] = alpha_s * (sds[...] + shift_s * ss_old) + jnp.sum(es * ds, axis=1)
+                if kind == "forward_kl":
+                    acc[...] = alpha_t * (acc[...] + (shift_t - shift_s) * st_old) + jnp.sum(et * (dt - ds), axis=1)
+                elif kind == "reverse_kl":
+                    acc[...] = alpha_s * (acc[...] + (shift_s - shift_t) * ss_old) + jnp.sum(es * (ds - dt), axis=1)
+
+            if sweeps == 2:
+                @pl.when(k >= nv)
+                def _second_sweep() -> None:
+                    log_ps = zs - (ms[...] + jnp.log(ss[...]))[:, None]
+                    log_pt = zt - (mt[...] + jnp.log(st[...]))[:, None]
+                    log_m = _log_mixture(log_ps, log_pt, beta)
+                    kl_s = jnp.exp(log_ps) * (log_ps - log_m)
+                    terms = beta * jnp.exp(log_pt) * (log_pt - log_m) + (1.0 - beta) * kl_s
+                    acc[...] += jnp.sum(keep(terms), axis=1)
+                    kl[...] += jnp.sum(keep(kl_s), axis=1)
+            return carry
+
+        columns.over(blocks.vocab, width, part, 0)
 
         @pl.when(k == sweeps * nv - 1)
         def _finish() -> None:
@@ -196,13 +212,13 @@ def forward(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.
     )(xs, ws, bs, xt, wt, bt)
 
 
-def _gradient_block(refs: tuple, i: jax.Array, j: jax.Array, *, setting: Setting, blocks: Blocks,
-                    rows: int, vocab: int) -> jax.Array:
-    """G = d(loss)/d(the student's raw logits) of this step's block, float32 [rows, vocab]; 0 in the rows
-    and columns past the arrays' ends."""
+def _gradient_block(refs: tuple, i: jax.Array, j: jax.Array, offset, width: int, *, setting: Setting,  # noqa: ANN001
+                    blocks: Blocks, rows: int, vocab: int) -> jax.Array:
+    """G = d(loss)/d(the student's raw logits) of `width` columns of this step's block from `offset`, float32
+    [rows, width]; 0 in the rows and columns past the arrays' ends."""
     lse_s, lse_t, aux, ent, g_div, g_ent, xs_ref, ws_ref, bs_ref, xt_ref, wt_ref, bt_ref = refs
-    zs, dzs = _logits(xs_ref, ws_ref, bs_ref, setting.student)
-    zt, _ = _logits(xt_ref, wt_ref, bt_ref, setting.teacher)
+    zs, dzs = _logits(xs_ref, ws_ref, bs_ref, setting.student, offset, width)
+    zt, _ = _logits(xt_ref, wt_ref, bt_ref, setting.teacher, offset, width)
     log_ps = zs - lse_s[...][:, None]
     log_pt = zt - lse_t[...][:, None]
     ps = jnp.exp(log_ps)
@@ -215,7 +231,7 @@ def _gradient_block(refs: tuple, i: jax.Array, j: jax.Array, *, setting: Setting
     g = (g_div[...][:, None] * d - g_ent[...][:, None] * ps * (log_ps + ent[...][:, None])) * dzs
     valid = None
     if vocab % blocks.vocab:
-        valid = _iota(g.shape, 1, blocks.vocab, j) < vocab
+        valid = _iota(g.shape, 1, blocks.vocab, j) + offset < vocab
     if rows % blocks.rows:
         live = _iota(g.shape, 0, blocks.rows, i) < rows
         valid = live if valid is None else valid & live
@@ -246,6 +262,7 @@ def backward_x(vectors: tuple[jax.Array, ...], xs: jax.Array, ws: jax.Array, bs:
     sizes = sizes_of(xs, xt, vocab)
     nr, nv = blocks.grid(sizes)
     ragged = vocab % blocks.vocab != 0
+    width = columns.width(blocks.vocab, COMPUTE)
 
     def kernel(*refs) -> None:  # noqa: ANN002
         ins, (dx_ref, acc) = refs[:12], refs[12:]
@@ -255,12 +272,16 @@ def backward_x(vectors: tuple[jax.Array, ...], xs: jax.Array, ws: jax.Array, bs:
         def _init() -> None:
             acc[...] = jnp.zeros_like(acc)
 
-        g = _gradient_block(ins, i, j, setting=setting, blocks=blocks, rows=rows, vocab=vocab)
-        w = ins[7][...]
-        if ragged:
-            w = jnp.where(_iota(w.shape, 0, blocks.vocab, j) < vocab, w, jnp.zeros_like(w))
-        acc[...] += jax.lax.dot_general(g.astype(w.dtype), w, (((1,), (0,)), ((), ())),
-                                        preferred_element_type=jnp.float32)
+        def part(offset, carry):  # noqa: ANN001, ANN202
+            g = _gradient_block(ins, i, j, offset, width, setting=setting, blocks=blocks, rows=rows, vocab=vocab)
+            w = ins[7][pl.ds(offset, width), :]
+            if ragged:
+                w = jnp.where(_iota(w.shape, 0, blocks.vocab, j) + offset < vocab, w, jnp.zeros_like(w))
+            acc[...] += jax.lax.dot_general(g.astype(w.dtype), w, (((1,), (0,)), ((), ())),
+                                            preferred_element_type=jnp.float32)
+            return carry
+
+        columns.over(blocks.vocab, width, part, 0)
 
         @pl.when(j == nv - 1)
         def _finish() -> None:
@@ -289,6 +310,7 @@ def backward_w(vectors: tuple[jax.Array, ...], xs: jax.Array, ws: jax.Array, bs:
     sizes = sizes_of(xs, xt, vocab)
     nr, nv = blocks.grid(sizes)
     ragged = rows % blocks.rows != 0
+    width = columns.width(blocks.vocab, COMPUTE)
 
     def kernel(*refs) -> None:  # noqa: ANN002
         ins, (dw_ref, db_ref, acc, bias_acc) = refs[:12], refs[12:]
@@ -299,13 +321,18 @@ def backward_w(vectors: tuple[jax.Array, ...], xs: jax.Array, ws: jax.Array, bs:
             acc[...] = jnp.zeros_like(acc)
             bias_acc[...] = jnp.zeros_like(bias_acc)
 
-        g = _gradient_block(ins, i, j, setting=setting, blocks=blocks, rows=rows, vocab=vocab)
         x = ins[6][...]
         if ragged:
             x = jnp.where(_iota(x.shape, 0, blocks.rows, i) < rows, x, jnp.zeros_like(x))
-        acc[...] += jax.lax.dot_general(g.astype(x.dtype), x, (((0,), (0,)), ((), ())),
-                                        preferred_element_type=jnp.float32)
-        bias_acc[...] += jnp.sum(g, axis=0, keepdims=True)
+
+        def part(offset, carry):  # noqa: ANN001, ANN202
+            g = _gradient_block(ins, i, j, offset, width, setting=setting, blocks=blocks, rows=rows, vocab=vocab)
+            acc[pl.ds(offset, width), :] += jax.lax.dot_general(g.astype(x.dtype), x, (((0,), (0,)), ((), ())),
+                                                                preferred_element_type=jnp.float32)
+            bias_acc[:, pl.ds(offset, width)] += jnp.sum(g, axis=0, keepdims=True)
+            return carry
+
+        columns.over(blocks.vocab, width, part, 0)
 
         @pl.when(i == nr - 1)
         def _finish() -> None:

@@ -19,8 +19,8 @@ logits never exist.
   (grid rows, vocabulary) and dw = G.T @ x, db = sum G (grid vocabulary, rows): each kernel
   recomputes the logits once. A row whose lse is +inf (a padded row) has p = 0 and G = 0.
 
-Inside a step, each kernel works its block `COMPUTE` vocabulary columns at a time in a `fori_loop` (the
-forward's running statistics carried through it; dx's accumulator and dw's rows updated per iteration), so
+Inside a step, each kernel works its block `COMPUTE` vocabulary columns at a time in a `fori_loop`
+(`columns`; the forward's running statistics carried through it; dx's accumulator and dw's rows updated per iteration), so
 that Mosaic compiles one iteration's code, not the whole block's unrolled: the grid, the HBM blocks and what
 is read are the same either way.
 
@@ -50,20 +50,17 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from . import cost
+from . import columns, cost
 from .blocks import Blocks, vmem_limit
 from .transform import LogitTransform
 
 FORWARD_OUTPUTS = ("lse", "target_logit", "entropy", "log_sum_sq_probs", "sum_logits", "top1")
 """The forward kernel's outputs, in its order (`stats.RowStats` gives them, and the mean logit, in the public one)."""
 COMPUTE = {"forward": 256, "backward_x": 256, "backward_w": 256}
-"""Vocabulary columns one iteration of each kernel's inner loop computes (as splash's `bkv_compute`): a step's
-body is a `fori_loop` over its block in these, so that Mosaic compiles one [rows, COMPUTE] iteration, not the
-whole [rows, vocab] block unrolled. The HBM blocks, the grid and what is read stay as they were. Compiled for
-the v5e by this repository's libtpu (hidden 4096), at Llama 3 8B's blocks: the forward (1024 x 1024) in 4.3 s
-against 13.7 for the block unrolled, dx (512 x 1024) 3.8 against 15.3, dw (1024 x 512) 4.8 against 11.5; the
-labels path's step at 8,192 rows 11.2 s against 26.2. A block no wider runs its body once, without a loop;
-`Blocks.compute` overrides the width per call (the block's own vocabulary: the whole block at once)."""
+"""Vocabulary columns one iteration of each kernel's inner loop computes (`columns`): Mosaic compiles one
+[rows, COMPUTE] iteration, not the whole [rows, vocab] block unrolled; the labels path's step at Llama 3 8B's
+head compiled for the v5e in 11.2 s against 26.2. `Blocks.compute` overrides it per call (the block's own
+vocabulary: the whole block at once)."""
 LOG_P_FLOOR = -1e4
 """log p is floored here in the backward: e^-1e4 is 0 in float32 as e^-inf is, but 0 times it stays 0 (a padded
 row's lse is +inf, its coefficients 0)."""
@@ -89,18 +86,8 @@ def _cost(model, x: jax.Array, w: jax.Array, blocks: Blocks, transform: LogitTra
 
 
 def _width(kernel: str, blocks: Blocks) -> int:
-    """The columns of one inner iteration of `kernel` (the blocks' own, else `COMPUTE`), a divisor of the
-    vocabulary block."""
-    width = blocks.compute or COMPUTE.get(kernel) or blocks.vocab
-    return width if width < blocks.vocab and blocks.vocab % width == 0 else blocks.vocab
-
-
-def _over_columns(vocab_block: int, width: int, body, carry):  # noqa: ANN001, ANN202
-    """body(offset, carry) over the block's columns in `width`s: a loop Mosaic compiles once (`COMPUTE`)."""
-    if width == vocab_block:
-        return body(0, carry)
-    return jax.lax.fori_loop(0, vocab_block // width,
-                             lambda c, carry: body(pl.multiple_of(c * width, width), carry), carry)
+    """The columns of one inner iteration of `kernel` (the blocks' own, else `COMPUTE`)."""
+    return columns.width(blocks.vocab, blocks.compute or COMPUTE.get(kernel))
 
 
 def _vocab_rows(ref, offset, width: int, transposed: bool) -> jax.Array:  # noqa: ANN001
@@ -152,7 +139,7 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tra
 
         target = t_ref[...][:, None]
 
-        def columns(offset, carry):  # noqa: ANN001, ANN202
+        def part(offset, carry):  # noqa: ANN001, ANN202
             m_old, s_old, sd_old, sq_old, sum_old, zt_old, before_old = carry
             z, _ = _logits(x_ref, w_ref, b_ref, transform, transposed, offset, width)
             col = _columns(z.shape, blocks.vocab, j) + offset
@@ -174,7 +161,7 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tra
                     jnp.maximum(before_old, jnp.max(jnp.where(col < target, z_max, -jnp.inf), axis=1)))
 
         running = (m_s, s_s, sd_s, sq_s, sum_ref, zt_ref, before_s)
-        out = _over_columns(blocks.vocab, width, columns, tuple(ref[...] for ref in running))
+        out = columns.over(blocks.vocab, width, part, tuple(ref[...] for ref in running))
         for ref, value in zip(running, out, strict=True):
             ref[...] = value
 
@@ -266,7 +253,7 @@ def backward_x(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
         def _init() -> None:
             acc[...] = jnp.zeros_like(acc)
 
-        def columns(offset, carry):  # noqa: ANN001, ANN202
+        def part(offset, carry):  # noqa: ANN001, ANN202
             g = grad(x_ref, w_ref, bias_ref, t_ref, lse_ref, a_ref, b_ref_, c_ref, d_ref, j, offset)
             w = _vocab_rows(w_ref, offset, width, transposed)
             if masked:  # the weight rows past the vocabulary are undefined: 0 there, so that G @ w stays finite
@@ -276,7 +263,7 @@ def backward_x(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
             acc[...] += _contract(w, g, (1, 1)) if transposed else _contract(g, w, (1, 0))
             return carry
 
-        _over_columns(blocks.vocab, width, columns, 0)
+        columns.over(blocks.vocab, width, part, 0)
 
         @pl.when(j == nv - 1)
         def _finish() -> None:
@@ -318,7 +305,7 @@ def backward_w(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
             acc[...] = jnp.zeros_like(acc)
             bias_acc[...] = jnp.zeros_like(bias_acc)
 
-        def columns(offset, carry):  # noqa: ANN001, ANN202
+        def part(offset, carry):  # noqa: ANN001, ANN202
             g = grad(x_ref, w_ref, bias_ref, t_ref, lse_ref, a_ref, b_ref_, c_ref, d_ref, j, offset)
             g_in, x = g.astype(x_ref.dtype), x_ref[...]
             if transposed:
@@ -328,7 +315,7 @@ def backward_w(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, lse
             bias_acc[:, pl.ds(offset, width)] += jnp.sum(g, axis=0, keepdims=True)
             return carry
 
-        _over_columns(blocks.vocab, width, columns, 0)
+        columns.over(blocks.vocab, width, part, 0)
 
         @pl.when(i == nr - 1)
         def _finish() -> None:
