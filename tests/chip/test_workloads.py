@@ -3,6 +3,8 @@ shapes): a variant added for a chip run fails in CI, not after a chip's start-up
 
 from __future__ import annotations
 
+import re
+
 import jax
 import pytest
 
@@ -20,7 +22,24 @@ def test_every_lm_head_workload_traces_for_the_v5e(kernel, emulation):
     assert ("lm_head_loss", head_workloads.WHOLE, "fwd") in traced
     assert ("lm_head_loss", "tokamax (whole-block bodies, kernels)", "fwd+bwd") in traced
     assert ("lm_head_loss", "tokamax (chunks of 2048, pair accumulator)", "fwd+bwd") in traced
-    assert len(traced) == 32, traced
+    assert ("distillation", head_workloads.WHOLE, "fwd+bwd") in traced
+    assert len(traced) == 34, traced
+
+
+@pytest.mark.kernels_ci
+def test_distillations_whole_block_variant_reaches_its_backward(kernel, emulation):
+    """`distill.kernels.whole_blocks()` around the whole value-and-grad: the backward kernels, traced after the
+    forward returns, are the whole-block bodies too (no `fori_loop` left in any kernel's jaxpr)."""
+    shapes = [jax.ShapeDtypeStruct(s, "bfloat16") for s in ((512, 256), (8192, 256), (512, 384), (8192, 384))]
+    variants = {w.impl: w for w in head_workloads.workloads(kernel)
+                if w.op == "distillation" and w.pass_ == "fwd+bwd"}
+    with emulation.emulated_chip("v5e"):
+        for impl, loops in (("tokamax", True), (head_workloads.WHOLE, False)):
+            fn, _ = variants[impl].make_specs()
+            text = str(jax.make_jaxpr(fn)(*shapes))
+            kernels = {name.split("_")[3] for name in re.findall(r"tokamax_distill_jsd_\w+", text)}
+            assert kernels == {"fwd", "dx", "dw"}, (impl, kernels)
+            assert ("while[" in text or "scan[" in text) == loops, impl
 
 
 @pytest.mark.kernels_ci

@@ -112,6 +112,12 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
     def jsd(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array) -> jax.Array:
         return tk.distill.divergence(xs, ws, None, xt, wt, None, beta=BETA)[0].sum()
 
+    def whole(fn):  # noqa: ANN001, ANN202 - fn traced, backward too, with the whole-block bodies
+        def traced(*args: jax.Array) -> object:
+            with tk.distill.kernels.whole_blocks():
+                return fn(*args)
+        return traced
+
     for d in DISTILL:
         case = (f"{d.model} (JSD, beta {BETA}): {d.rows} rows, student {d.student_hidden}, teacher {d.teacher_hidden}, "
                 f"vocabulary {d.vocab}")
@@ -123,7 +129,8 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
 
         fwd = 2 * d.rows * d.vocab * (d.student_hidden + d.teacher_hidden)
         bwd = 4 * d.rows * d.vocab * d.student_hidden  # dx and dw of the student (the logits counted once)
-        for impl, fn in (("tokamax", jsd), ("xla", xla_jsd)):
-            yield Workload("distillation", case, impl, "fwd", lambda m=make, fn=fn: (fn, m()), fwd)
+        for impl, fn in (("tokamax", jsd), (WHOLE, jsd), ("xla", xla_jsd)):
+            wrap = whole if impl == WHOLE else (lambda f: f)
+            yield Workload("distillation", case, impl, "fwd", lambda m=make, f=wrap(fn): (f, m()), fwd)
             yield Workload("distillation", case, impl, "fwd+bwd",
-                           lambda m=make, fn=fn: (with_grads(fn, (0, 1)), m()), fwd + bwd)
+                           lambda m=make, f=wrap(with_grads(fn, (0, 1))): (f, m()), fwd + bwd)

@@ -36,8 +36,11 @@ is dropped.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +57,22 @@ OUTPUTS = ("divergence", "entropy", "student_lse", "teacher_lse", "aux")
 COMPUTE = 256
 """Vocabulary columns of one iteration of each kernel's loop over its block (`lm_head.columns`): Mosaic
 compiles one iteration, not the whole block unrolled."""
+_WHOLE = contextvars.ContextVar("tokamax_distill_whole_blocks", default=False)
+
+
+@contextlib.contextmanager
+def whole_blocks() -> Iterator[None]:
+    """Kernels traced within the block work each step's block at once, without the loop over `COMPUTE` columns
+    (the bodies as they were before it: the chip benchmark's side-by-side)."""
+    reset = _WHOLE.set(True)
+    try:
+        yield
+    finally:
+        _WHOLE.reset(reset)
+
+
+def _width(blocks: Blocks) -> int:
+    return blocks.vocab if _WHOLE.get() else columns.width(blocks.vocab, COMPUTE)
 KINDS = ("forward_kl", "reverse_kl", "jsd")
 
 
@@ -115,7 +134,7 @@ def forward(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.
     nr, nv = blocks.grid(sizes)
     kind, sweeps, beta = setting.kind, setting.sweeps, setting.beta
     ragged = vocab % blocks.vocab != 0
-    width = columns.width(blocks.vocab, COMPUTE)
+    width = _width(blocks)
 
     def kernel(xs_ref, ws_ref, bs_ref, xt_ref, wt_ref, bt_ref, div_ref, ent_ref, lse_s_ref, lse_t_ref,  # noqa: ANN001
                aux_ref, ms, ss, sds, mt, st, acc, kl) -> None:  # noqa: ANN001
@@ -262,7 +281,7 @@ def backward_x(vectors: tuple[jax.Array, ...], xs: jax.Array, ws: jax.Array, bs:
     sizes = sizes_of(xs, xt, vocab)
     nr, nv = blocks.grid(sizes)
     ragged = vocab % blocks.vocab != 0
-    width = columns.width(blocks.vocab, COMPUTE)
+    width = _width(blocks)
 
     def kernel(*refs) -> None:  # noqa: ANN002
         ins, (dx_ref, acc) = refs[:12], refs[12:]
@@ -310,7 +329,7 @@ def backward_w(vectors: tuple[jax.Array, ...], xs: jax.Array, ws: jax.Array, bs:
     sizes = sizes_of(xs, xt, vocab)
     nr, nv = blocks.grid(sizes)
     ragged = rows % blocks.rows != 0
-    width = columns.width(blocks.vocab, COMPUTE)
+    width = _width(blocks)
 
     def kernel(*refs) -> None:  # noqa: ANN002
         ins, (dw_ref, db_ref, acc, bias_acc) = refs[:12], refs[12:]
