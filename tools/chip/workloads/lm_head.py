@@ -131,6 +131,6 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
         bwd = 4 * d.rows * d.vocab * d.student_hidden  # dx and dw of the student (the logits counted once)
         for impl, fn in (("tokamax", jsd), (WHOLE, jsd), ("xla", xla_jsd)):
             wrap = whole if impl == WHOLE else (lambda f: f)
-            yield Workload("distillation", case, impl, "fwd", lambda m=make, f=wrap(fn): (f, m()), fwd)
-            yield Workload("distillation", case, impl, "fwd+bwd",
-                           lambda m=make, f=wrap(with_grads(fn, (0, 1))): (f, m()), fwd + bwd)
+            forward, both = wrap(fn), wrap(with_grads(fn, (0, 1)))
+            yield Workload("distillation", case, impl, "fwd", lambda m=make, f=forward: (f, m()), fwd)
+            yield Workload("distillation", case, impl, "fwd+bwd", lambda m=make, f=both: (f, m()), fwd + bwd)

@@ -20,9 +20,9 @@ logits never exist.
   recomputes the logits once. A row whose lse is +inf (a padded row) has p = 0 and G = 0.
 
 Inside a step, each kernel works its block `COMPUTE` vocabulary columns at a time in a `fori_loop`
-(`columns`; the forward's running statistics carried through it; dx's accumulator and dw's rows updated per iteration), so
-that Mosaic compiles one iteration's code, not the whole block's unrolled: the grid, the HBM blocks and what
-is read are the same either way.
+(`columns`; the forward's running statistics carried through it; dx's accumulator and dw's rows updated
+per iteration), so that Mosaic compiles one iteration's code, not the whole block's unrolled: the grid,
+the HBM blocks and what is read are the same either way.
 
 Shapes: x [rows, hidden] and w [vocab, hidden] (nn.Linear's layout) of one float dtype, b [1, n]
 float32 with n at least the vocabulary grid's columns, per-row vectors [rows]; rows a multiple of the
