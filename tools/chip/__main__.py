@@ -1,4 +1,4 @@
-"""`python3 -m tools.chip {check,bench,sweep,all} --out DIR [--commit SHA] [--only OP,...]`: see the package."""
+"""`python3 -m tools.chip {check,bench,sweep,tune,all} --out DIR [--commit SHA] [--only OP,...]`: see the package."""
 
 from __future__ import annotations
 
@@ -57,13 +57,15 @@ def _bench(tk, out: ResultsFile, modules: list, jobs: int, runs: int) -> None:  
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m tools.chip")
-    parser.add_argument("what", choices=("check", "bench", "sweep", "all"))
+    parser.add_argument("what", choices=("check", "bench", "sweep", "tune", "all"))
     parser.add_argument("--out", type=Path, default=Path("build/chip"))
     parser.add_argument("--commit", default=os.environ.get("TOKAMAX_COMMIT", "unknown"))
     parser.add_argument("--only", default="", help="bench: comma-separated workload modules (attention,moe,lm_head); "
                         "check: families (models and the JAX tier's case families: check.families())")
     parser.add_argument("--jobs", type=int, default=6, help="compiles at a time")
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--max-configs", type=int, default=None, help="tune: candidates timed per kernel call "
+                        "(default tune.MAX_CONFIGS)")
     parser.add_argument("--bundle", type=Path, default=load.BUNDLE)
     args = parser.parse_args(argv)
     if jax.default_backend() != "tpu":
@@ -85,12 +87,17 @@ def main(argv: list[str]) -> int:
         print(f"chip check: {counts}", flush=True)
         status |= counts.get("failed", 0) > 0
     if args.what in ("bench", "all"):
-        from .workloads import attention, lm_head, moe
+        from .workloads import attention, lm_head, lm_head_columns, moe
 
         chosen = {"attention": attention, "moe": moe, "lm_head": lm_head}
+        extra = {"lm_head_columns": lm_head_columns}  # run when named only
         names = [n for n in args.only.split(",") if n] or list(chosen)
         out = ResultsFile(args.out / "bench.json", header(args.commit, "bench"))
-        _bench(tk, out, [chosen[n] for n in names], args.jobs, args.runs)
+        _bench(tk, out, [(chosen | extra)[n] for n in names], args.jobs, args.runs)
+    if args.what == "tune":
+        from . import tune
+
+        status |= tune.main(tk, args.out / "tuning.json", args.max_configs or tune.MAX_CONFIGS)
     if args.what == "sweep":
         from . import sweep
         from .run import run

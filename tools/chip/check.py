@@ -92,7 +92,7 @@ def _jax_tier_cases(tk: ModuleType, only: set[str] | None = None) -> Iterator[Ou
                 case.compare(out, expected)
                 detail = "its own comparison"
             else:
-                rtol, atol = case.tolerance
+                rtol, atol = case.chip_tolerance or case.tolerance
                 errors = []
                 for o, e in zip(jax.tree.leaves(out), jax.tree.leaves(expected), strict=True):
                     errors.append(relative_error(o, e))

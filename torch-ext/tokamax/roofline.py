@@ -38,6 +38,7 @@ class Chip(NamedTuple):
     vmem: int  # bytes
     hbm: int = 0  # bytes
     generation: int = 0
+    kind: str = ""  # JAX's device kind ("TPU v5 lite"): what result files tuned on the chip are keyed by
 
     @property
     def ridge(self) -> float:
@@ -91,4 +92,4 @@ def chip() -> Chip:
     version = str(getattr(info.chip_version, "name", info.chip_version))
     peak, bandwidth = calibrated(_kind(version), float(info.bf16_ops_per_second), float(info.mem_bw_bytes_per_second))
     return Chip(str(info.chip_version.value), peak, bandwidth, int(info.mxu_column_size), int(info.vmem_capacity_bytes),
-                int(info.hbm_capacity_bytes), int(info.generation))
+                int(info.hbm_capacity_bytes), int(info.generation), _kind(version))

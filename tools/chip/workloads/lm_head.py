@@ -48,12 +48,19 @@ def _head_args(rows: int, hidden: int, vocab: int) -> tuple:
     return normal(1, (rows, hidden)), normal(2, (vocab, hidden), scale=hidden ** -0.5), t
 
 
+def with_columns(lm_head: ModuleType, x: jax.Array, w: jax.Array, columns: int | None) -> object:
+    """The package's plan for x and w with each kernel's body looping over `columns` vocabulary columns at a time
+    (None: over its whole block at once, no inner loop), for the side-by-side."""
+    plan = lm_head.stats.plan_for(x, w)
+    blocks = {k: lm_head.Blocks(plan[k].rows, plan[k].vocab, compute=min(columns or plan[k].vocab, plan[k].vocab))
+              for k in lm_head.blocks.KERNELS}
+    return lm_head.Plan(plan.rows, blocks["forward"], blocks["backward_x"], blocks["backward_w"], plan.transposed)
+
+
 def whole_blocks(lm_head: ModuleType, x: jax.Array, w: jax.Array) -> object:
     """The package's plan for x and w with each kernel's body over its whole block at once (no inner loop over
     `kernels.COMPUTE` columns): the kernels as they were before that loop, for the side-by-side."""
-    plan = lm_head.stats.plan_for(x, w)
-    blocks = {k: lm_head.Blocks(plan[k].rows, plan[k].vocab, compute=plan[k].vocab) for k in lm_head.blocks.KERNELS}
-    return lm_head.Plan(plan.rows, blocks["forward"], blocks["backward_x"], blocks["backward_w"], plan.transposed)
+    return with_columns(lm_head, x, w, None)
 
 
 def workloads(tk: ModuleType) -> Iterator[Workload]:

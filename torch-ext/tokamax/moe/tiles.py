@@ -3,13 +3,14 @@ on chips before TPU7x, where upstream's heuristics return the default 128 x 128 
 on a v5e, where wide tiles reach 100-170): upstream's tuned table still wins where it has the call's entry,
 and TPU7x keeps upstream's own heuristic.
 
-The rule: among tiles of 256 to 1024 rows that divide the rows (or all of them; 128 where nothing wider divides)
-and 128 to 2048 of each other dimension (or the whole dimension),
-those whose VMEM (`vmem_bytes`) fits the chip's scoped VMEM, the fastest by the roofline (`seconds`): MXU
-time over the padded tiles actually visited (a group's last row tile is worked whole), HBM time of every
-operand as the grid re-reads it, and a fixed cost per grid step. The VMEM model and the rule were checked
-on a v5e (tools/chip/sweep.py: 300 tilings at five model shapes, which compiled and how fast) and by the
-compile tier for v5e, v6e and v7x.
+Where the chip measured the call's exact shape (`measured`: the result files shipped for it, made on the chip by
+`tokamax.tuning`), its fastest tiles; elsewhere the rule: among tiles of 256 to 1024 rows that divide the rows
+(or all of them; 128 where nothing wider divides) and 128 to 2048 of each other dimension (or the whole
+dimension), those whose VMEM (`vmem_bytes`) fits the chip's scoped VMEM, the fastest by the roofline
+(`seconds`): MXU time over the padded tiles actually visited (a group's last row tile is worked whole), HBM
+time of every operand as the grid fetches it, and a fixed cost per grid step. The VMEM model and the rule were
+checked on a v5e (tools/chip/sweep.py: 300 tilings at five model shapes, which compiled and how fast) and by
+the compile tier for v5e, v6e and v7x.
 
 Kernels and their dimensions, (m, k, n) as upstream's Config names them:
 - "gmm": lhs [m, k] x rhs [g, k, n] -> [m, n]; tiles (tm, tk, tn).
@@ -25,6 +26,7 @@ from typing import NamedTuple
 
 from .. import roofline
 from ..roofline import Chip
+from . import measured
 
 ROWS = (256, 512, 1024)
 """Row tiles: below 256 the per-step cost the roofline counts is an underestimate (on the v5e every tiling of
@@ -83,14 +85,18 @@ def fits(kernel: str, t: Tiles, on: Chip, itemsize: int = 2) -> bool:
 
 
 def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip, itemsize: int = 2) -> float:
-    """The roofline time of one call: max(MXU time, HBM time) + a fixed cost per grid step."""
+    """The roofline time of one call: max(MXU time, HBM time) + a fixed cost per grid step.
+
+    Pallas skips a block's fetch when the next grid step asks for the same block: in gmm and dlhs, whose grid runs
+    the contraction innermost, a contraction held in one tile keeps a group's weights in VMEM across its row
+    tiles (read once per group and output tile), where a split one re-reads them at every row tile."""
     row_tiles = _cdiv(m, t.tm) + groups - 1  # each group boundary inside a row tile visits it once more
     tiles_k, tiles_n = _cdiv(k, t.tk), _cdiv(n, t.tn)
     flops = 2 * row_tiles * t.tm * tiles_k * t.tk * tiles_n * t.tn
     if kernel == "gmm":
-        moved = m * k * tiles_n + row_tiles * k * n + m * n
+        moved = m * k * tiles_n + (groups if tiles_k == 1 else row_tiles) * k * n + m * n
     elif kernel == "dlhs":
-        moved = m * n * tiles_k + row_tiles * k * n + m * k
+        moved = m * n * tiles_k + (groups if tiles_n == 1 else row_tiles) * k * n + m * k
     else:  # tgmm: lhs re-read per n tile, grad per k tile, every group's [k, n] written
         moved = m * k * tiles_n + m * n * tiles_k + groups * k * n
     steps = row_tiles * tiles_k * tiles_n
@@ -111,6 +117,19 @@ def choose(kernel: str, m: int, k: int, n: int, groups: int, on: Chip, itemsize:
     return max(near, key=lambda t: (t.tk * t.tn, t.tm))
 
 
+def rank(kernel: str, m: int, k: int, n: int, groups: int, candidates: list[Tiles], on: Chip,
+         itemsize: int = 2) -> list[Tiles]:
+    """The candidates that fit the chip's scoped VMEM, fastest first by the roofline (what `tokamax.tuning` times
+    first when it may time only some of upstream's candidates)."""
+    fitting = [t for t in candidates if fits(kernel, t, on, itemsize)]
+    return sorted(fitting, key=lambda t: (seconds(kernel, m, k, n, groups, t, on, itemsize), -t.tm))
+
+
 def for_call(kernel: str, m: int, k: int, n: int, groups: int, itemsize: int) -> Tiles:
-    """`choose` on the chip being traced for (what upstream's Op asks through port.kdl's hook)."""
-    return choose(kernel, m, k, n, groups, roofline.chip(), itemsize)
+    """What upstream's Op asks through port.kdl's hook on the chip being traced for: the tiles the chip measured
+    fastest at this exact call (`measured`), else `choose`."""
+    on = roofline.chip()
+    found = measured.lookup(on.kind, measured.Key(kernel, m, k, n, groups, itemsize))
+    if found is not None:
+        return Tiles(*found.tiles)
+    return choose(kernel, m, k, n, groups, on, itemsize)

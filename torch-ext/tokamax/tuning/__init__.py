@@ -18,14 +18,17 @@ tokamax release is refused whole.
 
 - `tuning.tune(step, out=path)`: runs `step()` once, records every tokamax op call, autotunes each with
   upstream's machinery on this chip and writes one result file (`tune`; `record` and `tune_recording`
-  for a TPU VM, where torch-tpu holds the chip while the step runs).
+  for a TPU VM, where torch-tpu holds the chip while the step runs);
+- `tuning.tune_functions([(name, fn, args), ...], out=path)`: the same for JAX functions (a training step's
+  loss and gradients, say), traced rather than run. Where `max_configs` is below the number of upstream's
+  candidates, the grouped matmul's are timed fastest-first by the package's roofline.
 """
 
 from __future__ import annotations
 
 from .active import ENVIRONMENT_VARIABLE, Applied, applied, current, token, use
 from .files import AutotuningFileError, load
-from .tune import Recording, Tuned, record, tune, tune_recording
+from .tune import FunctionCall, Recording, Tuned, record, tune, tune_functions, tune_recording
 
-__all__ = ["ENVIRONMENT_VARIABLE", "Applied", "AutotuningFileError", "Recording", "Tuned", "applied", "current", "load",
-           "record", "token", "tune", "tune_recording", "use"]
+__all__ = ["ENVIRONMENT_VARIABLE", "Applied", "AutotuningFileError", "FunctionCall", "Recording", "Tuned", "applied",
+           "current", "load", "record", "token", "tune", "tune_functions", "tune_recording", "use"]

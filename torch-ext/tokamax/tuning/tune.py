@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .. import emulation
+from .. import emulation, moe, roofline
 from .files import write_whole
 
 
@@ -235,12 +235,28 @@ def _shared_reason(key: tuple, ba: Any, own: str, calls: list[str]) -> str:
 
 
 def _candidates(ba: Any, limit: int | None) -> set[Any]:
+    """Upstream's candidates for `ba`, or where `limit` is below their number the heuristic's and the `limit - 1`
+    first of `_ranked`."""
     configs = ba.autotuning_configs
     if limit is None or len(configs) <= limit:
         return configs
     heuristic = ba.heuristics_config
-    others = sorted((c for c in configs if c != heuristic), key=repr)
-    return {heuristic, *others[:limit - 1]}
+    return {heuristic, *_ranked(ba, [c for c in configs if c != heuristic])[:limit - 1]}
+
+
+def _ranked(ba: Any, configs: list[Any]) -> list[Any]:
+    """`configs` in the order to time them: for the grouped matmul, the tiles that fit the chip's scoped VMEM at
+    upstream's default buffering, fastest first by the package's roofline (`moe.tiles.rank`: of upstream's ~700
+    candidates per call most do not fit, and a chip's time is short); for other Ops a fixed order."""
+    key = moe.measured.key_of(ba)
+    if key is None:
+        return sorted(configs, key=repr)
+    tiles = moe.tiles
+    plain = {tiles.Tiles(c.tile_m, c.tile_k, c.tile_n): c for c in sorted(configs, key=repr)
+             if c.input_buffer_count == moe.measured.BUFFERS and not c.combine_scopes
+             and (c.tile_m == key.m or key.m % c.tile_m == 0)}
+    order = tiles.rank(key.kernel, key.m, key.k, key.n, key.groups, list(plain), roofline.chip(), key.itemsize)
+    return [plain[t] for t in order]
 
 
 def tune_recording(recording: Recording | str | Path, *, out: str | Path | None = None, chip: str | None = None,
@@ -325,6 +341,27 @@ def _chip_of_this_host() -> str:
             "then run tokamax.tuning.tune_recording(path, out=...) in a process where torch-tpu does not start "
             "(TORCH_DEVICE_BACKEND_AUTOLOAD=0), so that JAX holds the chip")
     return emulation.cpu_chip()
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionCall:
+    """A JAX function's call, tuned as a recorded Torch op call is (`tune_functions`)."""
+
+    op: str  # a name for it in `Tuned.entries` and `Skipped`
+    jax_fn: Callable[..., Any]
+    args: tuple  # arrays or their ShapeDtypeStructs; anything without a shape is a static argument
+
+
+def tune_functions(calls: Iterable[tuple[str, Callable[..., Any], tuple]], *, out: str | Path | None = None,
+                   chip: str | None = None, max_configs: int | None = None, progress_bar: bool = True) -> Tuned:
+    """JAX users' `tune`: every upstream Op that each `fn(*args)` asks a config for (the backward's too where `fn`
+    takes gradients), autotuned on `chip` (default: JAX's TPU) and written to `out`. `calls` holds (name, fn,
+    args); the args may be `jax.ShapeDtypeStruct`s, as nothing is run but the candidates."""
+    import jax
+
+    recorded = [FunctionCall(name, fn, tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "shape") else a
+                                             for a in args)) for name, fn, args in calls]
+    return tune_recording(Recording(recorded), out=out, chip=chip, max_configs=max_configs, progress_bar=progress_bar)
 
 
 def tune(step: Callable[[], Any], *, out: str | Path | None = None, chip: str | None = None,

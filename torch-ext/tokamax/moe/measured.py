@@ -1,0 +1,92 @@
+"""Grouped-matmul tiles measured on a chip, shipped with the package and read by default on that chip.
+
+Each file in `measured/` is an autotuning result (`AutotuningResult.dumps`, what `tokamax.tuning` writes; on a TPU
+host `python3 -m tools.chip tune` makes it for the model shapes of tools/chip/models.py) for one device kind.
+`lookup` gives a call the fastest tiles the chip measured for its exact (kernel, m, k, n, groups, itemsize),
+before the tile rule guesses (`tiles.for_call`). Only the ragged dot's unquantized entries at upstream's default
+input buffering count; a file this build cannot read is set aside with a warning, and the rule answers.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import warnings
+from pathlib import Path
+from typing import Any, NamedTuple
+
+FILES = Path(__file__).with_name("measured")
+_API = ".._ported._src.autotuning.api"
+_OP = ".._ported._src.ops.ragged_dot.pallas_mosaic_tpu"
+_HOOK = ".._ported._src.ops.ragged_dot.tiles_hook"
+BUFFERS = 2
+"""The input buffering the package's calls run with (upstream's Config default): entries timed at another are
+not used, as the tile hook does not pass a buffering count on."""
+
+
+class Key(NamedTuple):
+    kernel: str  # "gmm", "dlhs" or "tgmm"
+    m: int
+    k: int
+    n: int
+    groups: int
+    itemsize: int
+
+
+class Measured(NamedTuple):
+    tiles: tuple[int, int, int]  # (tile_m, tile_k, tile_n) in upstream's Config naming
+    seconds: float  # the chip's median time for them
+    source: str  # the file
+
+
+def _module(name: str) -> Any:
+    return importlib.import_module(name, __package__)
+
+
+def key_of(ba: Any) -> Key | None:
+    """The call an entry's bound arguments describe, or None where the entry is not an unquantized ragged dot."""
+    op = _module(_OP)
+    if not isinstance(ba.op, op.PallasMosaicTpuRaggedDot) or ba.op.qdtype is not None:
+        return None
+    call = _module(_HOOK)._call(ba, op.DEFAULT_RAGGED_DOT_DIM_NUMS, op.DLHS_RAGGED_DOT_DIM_NUMS,
+                                op.DRHS_RAGGED_DOT_DIM_NUMS)
+    return None if call is None else Key(*call)
+
+
+def fastest(data: Any) -> tuple[Any, float] | None:
+    """(config, median seconds) of the fastest config timed at the default buffering, or None."""
+    timed = [(c, d.median_evaluation_time_ms / 1e3) for c, d in data.items()
+             if not isinstance(d, BaseException) and getattr(c, "input_buffer_count", BUFFERS) == BUFFERS]
+    return min(timed, key=lambda cd: cd[1]) if timed else None
+
+
+def read(path: Path) -> tuple[str, dict[Key, Measured]]:
+    """(device kind, the measured tiles by call) of one result file."""
+    result = _module(_API).AutotuningResult.loads(path.read_text())
+    table: dict[Key, Measured] = {}
+    for ba, data in result.data:
+        key, best = key_of(ba), fastest(data)
+        if key is not None and best is not None:
+            c, seconds = best
+            table[key] = Measured((c.tile_m, c.tile_k, c.tile_n), seconds, path.name)
+    return result.device_kind, table
+
+
+@functools.cache
+def tables() -> dict[str, dict[Key, Measured]]:
+    """Every shipped file's measured tiles, by device kind (read once)."""
+    out: dict[str, dict[Key, Measured]] = {}
+    for path in sorted(FILES.glob("*.json")):
+        try:
+            kind, table = read(path)
+        except Exception as e:  # noqa: BLE001 - a file this build cannot read: the rule answers, and says so
+            warnings.warn(f"tokamax grouped matmul: the measured tiles in {path.name} cannot be read by this build "
+                          f"({type(e).__name__}: {str(e)[:200]}); the tile rule chooses instead", stacklevel=2)
+            continue
+        out.setdefault(kind, {}).update(table)
+    return out
+
+
+def lookup(kind: str, key: Key) -> Measured | None:
+    """What the chip of device kind `kind` measured fastest for `key`, or None."""
+    return tables().get(kind, {}).get(key)
