@@ -9,6 +9,7 @@ import jax
 import pytest
 
 from tools.chip.workloads import lm_head as head_workloads
+from tools.chip.workloads import lm_head_columns
 
 
 @pytest.mark.kernels_ci
@@ -27,9 +28,11 @@ def test_every_lm_head_workload_traces_for_the_v5e(kernel, emulation):
 
 
 @pytest.mark.kernels_ci
-def test_distillations_whole_block_variant_reaches_its_backward(kernel, emulation):
+def test_distillations_whole_block_variant_reaches_its_backward(kernel, emulation, monkeypatch):
     """`distill.kernels.whole_blocks()` around the whole value-and-grad: the backward kernels, traced after the
-    forward returns, are the whole-block bodies too (no `fori_loop` left in any kernel's jaxpr)."""
+    forward returns, are the whole-block bodies too (no `fori_loop` left in any kernel's jaxpr), where the
+    default loops (a width below these blocks')."""
+    monkeypatch.setattr(kernel.distill.kernels, "COMPUTE", 256)
     shapes = [jax.ShapeDtypeStruct(s, "bfloat16") for s in ((512, 256), (8192, 256), (512, 384), (8192, 384))]
     variants = {w.impl: w for w in head_workloads.workloads(kernel)
                 if w.op == "distillation" and w.pass_ == "fwd+bwd"}
@@ -55,3 +58,22 @@ def test_the_whole_block_plan_turns_the_inner_loop_off(kernel, emulation):
         assert (whole[k].rows, whole[k].vocab) == (chosen[k].rows, chosen[k].vocab)
         assert lm_head.kernels._width(k, whole[k]) == whole[k].vocab
         assert lm_head.kernels._width(k, chosen[k]) == min(lm_head.kernels.COMPUTE[k], chosen[k].vocab)
+
+
+@pytest.mark.kernels_ci
+def test_the_column_width_workloads_trace_and_set_the_width(kernel, emulation):
+    """`bench --only lm_head_columns`: the labels path's kernels at each width, the whole block among them."""
+    lm_head = kernel.lm_head
+    traced = []
+    with emulation.emulated_chip("v5e"):
+        for w in lm_head_columns.workloads(kernel):
+            fn, specs = w.make_specs()
+            jax.jit(fn).trace(*specs)
+            traced.append((w.impl, w.pass_))
+        x = jax.ShapeDtypeStruct((8192, 4096), "bfloat16")
+        w = jax.ShapeDtypeStruct((128256, 4096), "bfloat16")
+        narrow = head_workloads.with_columns(lm_head, x, w, 256)
+    assert ("tokamax (columns of 256)", "fwd") in traced
+    assert ("tokamax (whole-block bodies, kernels)", "fwd+bwd") in traced
+    assert len(traced) == len(lm_head_columns.FORWARD) + len(lm_head_columns.BACKWARD)
+    assert all(lm_head.kernels._width(k, narrow[k]) == 256 for k in lm_head.blocks.KERNELS)

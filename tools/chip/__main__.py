@@ -31,11 +31,11 @@ def _peaks(out: ResultsFile) -> float:
     return flops
 
 
-def _bench(tk, out: ResultsFile, modules: list, jobs: int, runs: int) -> None:  # noqa: ANN001
+def _bench(tk, out: ResultsFile, modules: list, jobs: int, runs: int, impls: set[str]) -> None:  # noqa: ANN001
     from .run import run
 
     peak = _peaks(out)
-    workloads = [w for module in modules for w in module.workloads(tk)]
+    workloads = [w for module in modules for w in module.workloads(tk) if not impls or w.impl in impls]
 
     def record(w, m, compile_s, error) -> None:  # noqa: ANN001
         r = {"op": w.op, "case": w.case, "impl": w.impl, "pass": w.pass_, "flops": w.flops,
@@ -62,6 +62,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--commit", default=os.environ.get("TOKAMAX_COMMIT", "unknown"))
     parser.add_argument("--only", default="", help="bench: comma-separated workload modules (attention,moe,lm_head); "
                         "check: families (models and the JAX tier's case families: check.families())")
+    parser.add_argument("--impl", default="", help="bench: only the workloads of these impls (comma-separated, "
+                        "e.g. tokamax,xla: the package's own choice beside XLA's)")
     parser.add_argument("--jobs", type=int, default=6, help="compiles at a time")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--max-configs", type=int, default=None, help="tune: candidates timed per kernel call "
@@ -93,7 +95,8 @@ def main(argv: list[str]) -> int:
         extra = {"lm_head_columns": lm_head_columns}  # run when named only
         names = [n for n in args.only.split(",") if n] or list(chosen)
         out = ResultsFile(args.out / "bench.json", header(args.commit, "bench"))
-        _bench(tk, out, [(chosen | extra)[n] for n in names], args.jobs, args.runs)
+        impls = {n for n in args.impl.split(",") if n}
+        _bench(tk, out, [(chosen | extra)[n] for n in names], args.jobs, args.runs, impls)
     if args.what == "tune":
         from . import tune
 

@@ -54,3 +54,10 @@ def load(path: Path) -> dict[str, Any]:
         if missing:
             raise ValueError(f"{path}: record {i} lacks {missing}")
     return data
+
+
+def check_outcomes(paths: list[Path]) -> dict[str, dict[str, Any]]:
+    """Each chip check's latest record across the runs in `paths` (a run cut at a time limit, or of some families
+    only, leaves the rest to the others; a later run of a check supersedes an earlier one)."""
+    runs = sorted((json.loads(Path(p).read_text()) for p in paths), key=lambda d: d["started"])
+    return {r["name"]: r for run in runs for r in run["records"]}

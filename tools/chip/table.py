@@ -54,9 +54,9 @@ def predictions(tk: ModuleType) -> str:
     lines = ["| file | op | case | impl | pass | measured ms | predicted ms | predicted / measured |",
              "|---|---|---|---|---|---:|---:|---:|"]
     for path in bench_files():
-        rule = "-bench-moe-" in path.name  # the grouped matmul's records ran the package's tiles only there
-        for r in results.load(path)["records"]:
-            p = predicted(tk, r, tiles_rule=rule)
+        data = results.load(path)
+        for r in data["records"]:
+            p = predicted(tk, r, commit=data["commit"])
             if p is not None:
                 lines.append(f"| {path.stem} | {r['op']} | {r['case']} | {r['impl']} | {r['pass']} | "
                              f"{_ms(r['median_s'])} | {_ms(p)} | {p / r['median_s']:.2f} |")

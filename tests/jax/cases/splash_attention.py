@@ -17,8 +17,9 @@ MASKS = "_src.ops.experimental.tpu.splash_attention.splash_attention_mask"
 HEADS, SEQ, DIM = 2, 256, 128
 CHIP_TOLERANCE_WHY = ("compiled on a TPU, the kernel's f32 matmuls at the default precision are one bf16 pass: each "
                       "operand rounded to 8 significant bits (2^-8), a product within 2^-7; the outputs are averages "
-                      "of values of order 1 and the gradients of order 1, so within 2^-7 of 1 + |reference| (the "
-                      "v5e: 8e-4 at most)")
+                      "of values of order 1, within 2^-7 of 1 + |reference| (the v5e: 8e-4 at most); a gradient "
+                      "chains three such passes (dp = do v, ds = p (dp - delta), dq = ds k), within 3 x 2^-7 of its "
+                      "order-1 scale (the v5e: 9e-3 at most, where ds cancels)")
 TOLERANCE_WHY = ("f32 inputs; the kernel's online softmax (base-2 exponent, blockwise rescaling) reorders the "
                  "f32 arithmetic, giving relative differences of a few 1e-6, well inside 1e-4")
 
@@ -109,7 +110,7 @@ def _case(mask_kind: str, is_mqa: bool, segmented: bool, grads: bool) -> Case:
         reference=_reference_fn(mask_kind, is_mqa, segmented, grads),
         tolerance=(1e-4, 1e-5) if not grads else (1e-4, 2e-5),
         tolerance_why=TOLERANCE_WHY,
-        chip_tolerance=(2**-7, 2**-7),
+        chip_tolerance=(2**-7, 2**-7) if not grads else (2**-7, 3 * 2**-7),
         chip_tolerance_why=CHIP_TOLERANCE_WHY,
         chips=("v5e", "v6e", "v7x"),
     )

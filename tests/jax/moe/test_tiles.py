@@ -112,10 +112,13 @@ def test_on_the_v5e_every_shape_ran_faster_than_with_upstreams_default_tiles():
         return {(r["case"], r["pass"]): r["median_s"] for r in json.loads(path.read_text())["records"]
                 if r["op"] == "grouped_matmul" and r["impl"] == "tokamax" and r["median_s"]}
     before = tokamax(next(MEASURED.glob("v5e-*-bench-a9c94e4.json")))
-    after = tokamax(next(MEASURED.glob("v5e-*-bench-moe-*.json")))
-    assert set(before) == set(after) and len(after) == 2 * len(EXPERTS)
-    slow = {key: before[key] / after[key] for key in after if before[key] / after[key] < 3}
-    assert not slow, f"less than 3x faster than the default tiles: {slow}"
+    runs = sorted(MEASURED.glob("v5e-*-bench-moe-*.json"))  # the rule, then the measured tiles (test_measured.py)
+    assert len(runs) >= 2
+    for path in runs:
+        after = tokamax(path)
+        assert set(before) == set(after) and len(after) == 2 * len(EXPERTS), path.name
+        slow = {key: before[key] / after[key] for key in after if before[key] / after[key] < 3}
+        assert not slow, f"{path.name}: less than 3x faster than the default tiles: {slow}"
 
 
 @pytest.mark.kernels_ci

@@ -56,11 +56,14 @@ from .transform import LogitTransform
 
 FORWARD_OUTPUTS = ("lse", "target_logit", "entropy", "log_sum_sq_probs", "sum_logits", "top1")
 """The forward kernel's outputs, in its order (`stats.RowStats` gives them, and the mean logit, in the public one)."""
-COMPUTE = {"forward": 256, "backward_x": 256, "backward_w": 256}
+COMPUTE = {"forward": 1024, "backward_x": 1024, "backward_w": 1024}
 """Vocabulary columns one iteration of each kernel's inner loop computes (`columns`): Mosaic compiles one
-[rows, COMPUTE] iteration, not the whole [rows, vocab] block unrolled; the labels path's step at Llama 3 8B's
-head compiled for the v5e in 11.2 s against 26.2. `Blocks.compute` overrides it per call (the block's own
-vocabulary: the whole block at once)."""
+[rows, COMPUTE] iteration, not a wider block unrolled. The v5e timed the widths at Llama 3 8B's head
+(benchmarks/measured/v5e-2026-12-04-bench-lm_head_columns-8b33815.json): the forward 93.9 ms at 256 columns,
+69.8 at 512, 66.9 at 1024 and 2048, 66.8 over the whole block (1024 there); forward and backward 244.6 ms at 1024
+as whole. Narrow iterations serialize each slice's statistics after its matmul, so 1024; compiling a wider block
+than the v5e's (v6e's, v7x's) loops over it. `Blocks.compute` overrides it per call (the block's own vocabulary:
+the whole block at once)."""
 LOG_P_FLOOR = -1e4
 """log p is floored here in the backward: e^-1e4 is 0 in float32 as e^-inf is, but 0 times it stays 0 (a padded
 row's lse is +inf, its coefficients 0)."""

@@ -253,8 +253,7 @@ def _ranked(ba: Any, configs: list[Any]) -> list[Any]:
         return sorted(configs, key=repr)
     tiles = moe.tiles
     plain = {tiles.Tiles(c.tile_m, c.tile_k, c.tile_n): c for c in sorted(configs, key=repr)
-             if c.input_buffer_count == moe.measured.BUFFERS and not c.combine_scopes
-             and (c.tile_m == key.m or key.m % c.tile_m == 0)}
+             if c.input_buffer_count == moe.measured.BUFFERS and not c.combine_scopes}
     order = tiles.rank(key.kernel, key.m, key.k, key.n, key.groups, list(plain), roofline.chip(), key.itemsize)
     return [plain[t] for t in order]
 

@@ -1,0 +1,56 @@
+"""`tokamax.tuning.tune_functions`: JAX users' `tune` (and the chip tier's `tools.chip tune`, which made the v5e's
+shipped tiles): a function's forward and backward traced, every upstream Op it asks a config for tuned, one file;
+the grouped matmul's candidates the roofline's fastest first. Interpret mode on the emulated v5e here (the
+timings mean nothing; the machinery is what is checked)."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+M, K, N, G = 512, 256, 256, 4
+MAX_CONFIGS = 3
+
+
+@pytest.fixture(scope="module")
+def tuned(kernel, tmp_path_factory):
+    def step(a, b, g):  # noqa: ANN001, ANN202
+        return jax.value_and_grad(lambda a, b: kernel.ops.ragged_dot(a, b, g).astype(jnp.float32).sum(), (0, 1))(a, b)
+
+    r = np.random.default_rng(0)  # arrays on one side, shapes on the other: both are taken as shapes
+    args = (jnp.asarray(r.standard_normal((M, K)), jnp.bfloat16), jax.ShapeDtypeStruct((G, K, N), jnp.bfloat16),
+            jax.ShapeDtypeStruct((G,), jnp.int32))
+    path = tmp_path_factory.mktemp("tune") / "v5e.json"
+    result = kernel.tuning.tune_functions([("experts", step, args)], out=path, chip="v5e", max_configs=MAX_CONFIGS,
+                                          progress_bar=False)
+    return result, path
+
+
+def test_the_forward_and_both_backward_calls_are_tuned_into_one_file(kernel, tuned):
+    result, path = tuned
+    assert result.entries == {"experts": 3} and result.skipped == [] and result.device_kind == "TPU v5 lite"
+    kind, table = kernel.moe.measured.read(path)
+    assert kind == "TPU v5 lite"
+    assert {(k.kernel, k.m, k.k, k.n, k.groups, k.itemsize) for k in table} == {
+        (name, M, K, N, G, 2) for name in ("gmm", "dlhs", "tgmm")}
+    assert json.loads(path.read_text())["tokamax_version"] == kernel.TOKAMAX_VERSION
+
+
+def test_the_grouped_matmuls_candidates_are_the_roofline_fastest_and_the_heuristic(kernel, tuned, emulation):
+    result, _ = tuned
+    tiles, measured = kernel.moe.tiles, kernel.moe.measured
+    with emulation.emulated_chip("v5e"):
+        on = kernel.roofline.chip()
+        for ba, data in result.result.data:
+            key = measured.key_of(ba)
+            timed = {tiles.Tiles(c.tile_m, c.tile_k, c.tile_n) for c in data}
+            heuristic = tiles.for_call(key.kernel, key.m, key.k, key.n, key.groups, key.itemsize)
+            space = {tiles.Tiles(c.tile_m, c.tile_k, c.tile_n) for c in ba.autotuning_configs}
+            ranked = [t for t in tiles.rank(key.kernel, M, K, N, G, sorted(space), on) if t != heuristic]
+            assert len(data) <= MAX_CONFIGS and heuristic in timed, (key, timed)
+            assert timed - {heuristic} == set(ranked[:len(timed) - 1]), (key, timed, ranked[:4])
+            assert all(c.input_buffer_count == measured.BUFFERS for c in data), key

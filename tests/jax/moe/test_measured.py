@@ -1,0 +1,116 @@
+"""The grouped matmul's tiles the v5e measured (`tokamax.moe.measured`: torch-ext/tokamax/moe/measured/v5e.json,
+made on the chip by `python3 -m tools.chip tune`, i.e. `tokamax.tuning.tune_functions`): shipped whole, read by
+default on that chip before the rule, through upstream's public op, and what the benchmark with them measured."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import warnings
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from tests.conftest import REPO
+from tools.chip.models import EXPERTS
+
+MEASURED = REPO / "benchmarks/measured"
+KERNELS = ("gmm", "dlhs", "tgmm")
+
+
+@pytest.fixture(scope="module")
+def measured(kernel):
+    return kernel.moe.measured
+
+
+@pytest.fixture(scope="module")
+def v5e(kernel):
+    return kernel.roofline.Chip("v5e", *kernel.roofline.MEASURED["TPU v5 lite"], mxu=128, vmem=128 << 20,
+                                hbm=16 << 30, generation=5, kind="TPU v5 lite")
+
+
+def _key(measured, name, s):  # noqa: ANN001, ANN202
+    return measured.Key(name, s.rows, s.hidden, s.out, s.experts, 2)
+
+
+@pytest.mark.kernels_ci
+def test_the_shipped_file_holds_every_benchmark_call_with_tiles_that_fit(kernel, measured, v5e):
+    tables = measured.tables()
+    assert set(tables) == {"TPU v5 lite"}, set(tables)
+    table = tables["TPU v5 lite"]
+    assert set(table) == {_key(measured, name, s) for s in EXPERTS for name in KERNELS}
+    tiles = kernel.moe.tiles
+    for key, found in table.items():
+        t = tiles.Tiles(*found.tiles)
+        assert tiles.fits(key.kernel, t, v5e) and tiles._legal(t, key.m, key.k, key.n), (key, t)
+        assert 0 < found.seconds < 0.1 and found.source == "v5e.json", (key, found)
+
+
+@pytest.mark.kernels_ci
+def test_the_file_is_read_by_default_on_the_v5e_only(kernel, emulation, measured):
+    tiles = kernel.moe.tiles
+    s = next(e for e in EXPERTS if e.model == "gpt-oss-20b")
+    for name in KERNELS:
+        want = measured.lookup("TPU v5 lite", _key(measured, name, s)).tiles
+        with emulation.emulated_chip("v5e"):
+            assert tuple(tiles.for_call(name, s.rows, s.hidden, s.out, s.experts, 2)) == want, name
+        with emulation.emulated_chip("v6e"):  # no file for the v6e: the rule
+            on = kernel.roofline.chip()
+            got = tiles.for_call(name, s.rows, s.hidden, s.out, s.experts, 2)
+            assert got == tiles.choose(name, s.rows, s.hidden, s.out, s.experts, on, 2), name
+    with emulation.emulated_chip("v5e"):  # another shape on the v5e: the rule
+        on = kernel.roofline.chip()
+        assert tiles.for_call("gmm", 12288, 3072, 6144, 16, 2) == tiles.choose("gmm", 12288, 3072, 6144, 16, on, 2)
+
+
+@pytest.mark.kernels_ci
+def test_upstreams_public_op_and_its_backward_take_the_measured_tiles(kernel, emulation, measured):
+    """`ops.ragged_dot` under value-and-grad at DeepSeek-V3's one-chip shape on the v5e: the Config each of its
+    three kernel calls receives (the bound arguments upstream's Op asks a config for, recorded while tracing)."""
+    tune = importlib.import_module(f"{kernel.tuning.__name__}.tune")
+    s = next(e for e in EXPERTS if e.model.startswith("DeepSeek-V3"))
+    args = (jax.ShapeDtypeStruct((s.rows, s.hidden), jnp.bfloat16),
+            jax.ShapeDtypeStruct((s.experts, s.hidden, s.out), jnp.bfloat16),
+            jax.ShapeDtypeStruct((s.experts,), jnp.int32))
+
+    def step(a, b, g):  # noqa: ANN001, ANN202
+        return jax.value_and_grad(lambda a, b: kernel.ops.ragged_dot(a, b, g).astype(jnp.float32).sum(), (0, 1))(a, b)
+
+    call = tune.FunctionCall("step", step, args)
+    with tune._RECORDER.recording(tune._op_lib().BoundArguments) as seen, tune._chip_context("v5e", interpret=False):
+        jax.jit(step).trace(*args)
+        got = {measured.key_of(ba).kernel: (ba.default_config.tile_m, ba.default_config.tile_k,
+                                            ba.default_config.tile_n) for ba in seen if measured.key_of(ba)}
+    assert call.op == "step" and set(got) == set(KERNELS), got
+    for name in KERNELS:
+        assert got[name] == measured.lookup("TPU v5 lite", _key(measured, name, s)).tiles, name
+
+
+@pytest.mark.kernels_ci
+def test_a_file_this_build_cannot_read_is_set_aside_and_said(kernel, measured, tmp_path, monkeypatch):
+    (tmp_path / "v5e.json").write_text('{"device_kind": "TPU v5 lite", "data": [["not bound arguments"]]}')
+    monkeypatch.setattr(measured, "FILES", tmp_path)
+    measured.tables.cache_clear()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert measured.tables() == {}
+        assert any("v5e.json cannot be read" in str(w.message) and "tile rule" in str(w.message) for w in caught)
+    finally:
+        measured.tables.cache_clear()
+
+
+@pytest.mark.kernels_ci
+def test_with_the_measured_tiles_the_v5e_ran_every_shape_at_least_as_fast_as_with_the_rule():
+    """The benchmark with the rule's tiles (commit 9410969) and with the measured ones (8b33815), on the v5e: no
+    shape and pass slower by more than the runs' spread (3%)."""
+    def tokamax(path) -> dict:  # noqa: ANN001
+        return {(r["case"], r["pass"]): r["median_s"] for r in json.loads(path.read_text())["records"]
+                if r["op"] == "grouped_matmul" and r["impl"] == "tokamax" and r["median_s"]}
+    rule = tokamax(next(MEASURED.glob("v5e-*-bench-moe-9410969.json")))
+    chosen = tokamax(next(MEASURED.glob("v5e-*-bench-moe-8b33815.json")))
+    assert set(rule) == set(chosen) == {(f"{s.model}: {s.rows} x {s.hidden} -> {s.out}, {s.experts} experts", p)
+                                        for s in EXPERTS for p in ("fwd", "fwd+bwd")}
+    slower = {k: round(chosen[k] / rule[k], 3) for k in chosen if chosen[k] > 1.03 * rule[k]}
+    assert not slower, slower
