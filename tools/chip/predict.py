@@ -16,6 +16,13 @@ BEFORE_TILES = (128, 128, 128)  # upstream's default tiles, what the grouped mat
 TILES = {"a9c94e4": "before", "9410969": "rule"}
 """The grouped matmul's tiles in the runs before the v5e's measured tiles shipped (`moe.measured`), by the run's
 commit: upstream's defaults, then the rule alone; every later run takes the measured tiles where they exist."""
+RULE_TILES = {  # what the rule chose in the run at 9410969 (before its model counted held weights): (gmm, dlhs, tgmm)
+    "Mixtral 8x7B": ((512, 1024, 1024), (512, 1024, 1024), (256, 1024, 1024)),
+    "OLMoE": ((512, 1024, 1024), (512, 1024, 1024), (256, 1024, 1024)),
+    "Qwen3-30B-A3B": ((512, 2048, 768), (512, 1024, 768), (256, 1024, 768)),
+    "gpt-oss-20b": ((256, 1024, 2048), (256, 1024, 2048), (256, 1024, 1024)),
+    "DeepSeek-V3, one chip's 8 experts": ((512, 1024, 1024), (512, 1024, 1024), (256, 1024, 1024)),
+}
 RAN_OTHERWISE = {
     ("bf5a22b", "lm_head_loss", "tokamax"): "the kernels' bodies looped over 256 columns (now 1024)",
     ("bf5a22b", "lm_head_loss", "tokamax (kernels)"): "the kernels' bodies looped over 256 columns (now 1024)",
@@ -52,12 +59,16 @@ def _grouped(tk: ModuleType, r: dict, chip: Any, which: str) -> float | None:
     tiles = tk.moe.tiles
     kernels = ("gmm",) if r["pass"] == "fwd" else ("gmm", "dlhs", "tgmm")
     total = 0.0
-    for k in kernels:
-        t = tiles.Tiles(*BEFORE_TILES) if which == "before" else tiles.choose(k, s.rows, s.hidden, s.out, s.experts,
-                                                                               chip)
+    for i, k in enumerate(kernels):
         found = tk.moe.measured.lookup("TPU v5 lite", tk.moe.measured.Key(k, s.rows, s.hidden, s.out, s.experts, 2))
-        if which == "measured" and found is not None:
+        if which == "before":
+            t = tiles.Tiles(*BEFORE_TILES)
+        elif which == "rule":
+            t = tiles.Tiles(*RULE_TILES[s.model][i])
+        elif found is not None:
             t = tiles.Tiles(*found.tiles)
+        else:
+            t = tiles.choose(k, s.rows, s.hidden, s.out, s.experts, chip)
         total += tiles.seconds(k, s.rows, s.hidden, s.out, s.experts, t, chip)
     return total
 

@@ -87,10 +87,12 @@ def fits(kernel: str, t: Tiles, on: Chip, itemsize: int = 2) -> bool:
 def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip, itemsize: int = 2) -> float:
     """The roofline time of one call: max(MXU time, HBM time) + a fixed cost per grid step.
 
-    The weights' block is counted once per row tile visited even where the contraction is one tile and
-    consecutive row tiles of a group ask for the same block (which Pallas need not fetch again): so counted, the
-    v5e's times at the tiles it measured fastest are within 10% (OLMoE 0.95, Qwen3-30B-A3B 1.07); counted once
-    per group they came out 30% under."""
+    The weights' block is counted once per row tile visited. Where the contraction is one tile, consecutive row
+    tiles of a group ask for the same block and Pallas does not fetch it again, so this overcounts there: the v5e
+    ran Mixtral's and gpt-oss's forward with such tiles in 57% and 55% of this time (OLMoE's, Qwen3-30B-A3B's
+    within 12%). Counting the weights once per group, plus each group's block fetched unhidden, fitted those runs
+    (9 of 10 within 16%) but put the rule at Qwen3-30B-A3B on tiles the chip ran 25% slower than its best: the
+    shapes the chip measured take its measured tiles (`measured`), and the rule keeps this count."""
     row_tiles = _cdiv(m, t.tm) + groups - 1  # each group boundary inside a row tile visits it once more
     tiles_k, tiles_n = _cdiv(k, t.tk), _cdiv(n, t.tn)
     flops = 2 * row_tiles * t.tm * tiles_k * t.tk * tiles_n * t.tn
