@@ -24,12 +24,6 @@ def measured(kernel):
     return kernel.moe.measured
 
 
-@pytest.fixture(scope="module")
-def v5e(kernel):
-    return kernel.roofline.Chip("v5e", *kernel.roofline.MEASURED["TPU v5 lite"], mxu=128, vmem=128 << 20,
-                                hbm=16 << 30, generation=5, kind="TPU v5 lite")
-
-
 def _key(measured, name, s):  # noqa: ANN001, ANN202
     return measured.Key(name, s.rows, s.hidden, s.out, s.experts, 2)
 

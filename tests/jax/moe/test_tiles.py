@@ -23,17 +23,6 @@ SHAPES = {s.model: s for s in EXPERTS}
 
 
 @pytest.fixture(scope="module")
-def tiles(kernel):
-    return kernel.moe.tiles
-
-
-@pytest.fixture(scope="module")
-def v5e(kernel):
-    return kernel.roofline.Chip("v5e", *kernel.roofline.MEASURED["TPU v5 lite"], mxu=128, vmem=128 << 20,
-                                hbm=16 << 30, generation=5)
-
-
-@pytest.fixture(scope="module")
 def sweep(tiles) -> list[tuple[str, str, object, float | None]]:
     """(model, kernel, Tiles in upstream's Config naming, median seconds or None where it failed to compile)."""
     assert SWEEP, "no v5e sweep in benchmarks/measured"
