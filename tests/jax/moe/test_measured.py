@@ -85,15 +85,19 @@ def test_upstreams_public_op_and_its_backward_take_the_measured_tiles(kernel, em
 @pytest.mark.kernels_ci
 def test_a_file_this_build_cannot_read_is_set_aside_and_said(kernel, measured, tmp_path, monkeypatch):
     (tmp_path / "v5e.json").write_text('{"device_kind": "TPU v5 lite", "data": [["not bound arguments"]]}')
+    (tmp_path / "other.json").write_text("not JSON")
     monkeypatch.setattr(measured, "FILES", tmp_path)
-    measured.tables.cache_clear()
+    measured.forget()
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            assert measured.tables() == {}
-        assert any("v5e.json cannot be read" in str(w.message) and "tile rule" in str(w.message) for w in caught)
+            assert measured.tables() == {"TPU v5 lite": {}}
+        said = [str(w.message) for w in caught]
+        for name in ("v5e.json", "other.json"):
+            assert any(f"{name} cannot be read" in m and "tile rule" in m for m in said), (name, said)
     finally:
-        measured.tables.cache_clear()
+        monkeypatch.undo()
+        measured.forget()
 
 
 @pytest.mark.kernels_ci

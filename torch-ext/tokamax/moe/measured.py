@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -72,21 +73,49 @@ def read(path: Path) -> tuple[str, dict[Key, Measured]]:
     return result.device_kind, table
 
 
+def _set_aside(path: Path, e: Exception) -> None:
+    warnings.warn(f"tokamax grouped matmul: the measured tiles in {path.name} cannot be read by this build "
+                  f"({type(e).__name__}: {str(e)[:200]}); the tile rule chooses instead", stacklevel=3)
+
+
 @functools.cache
-def tables() -> dict[str, dict[Key, Measured]]:
-    """Every shipped file's measured tiles, by device kind (read once)."""
-    out: dict[str, dict[Key, Measured]] = {}
+def _files() -> dict[str, list[Path]]:
+    """The shipped files by the device kind each names, read as plain JSON: upstream's reader (and its autotuning
+    modules) loads only on the chip a file is for, at its first grouped-matmul call."""
+    out: dict[str, list[Path]] = {}
     for path in sorted(FILES.glob("*.json")):
         try:
-            kind, table = read(path)
-        except Exception as e:  # noqa: BLE001 - a file this build cannot read: the rule answers, and says so
-            warnings.warn(f"tokamax grouped matmul: the measured tiles in {path.name} cannot be read by this build "
-                          f"({type(e).__name__}: {str(e)[:200]}); the tile rule chooses instead", stacklevel=2)
+            kind = json.loads(path.read_text())["device_kind"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            _set_aside(path, e)
             continue
-        out.setdefault(kind, {}).update(table)
+        out.setdefault(str(kind), []).append(path)
     return out
+
+
+@functools.cache
+def table(kind: str) -> dict[Key, Measured]:
+    """The measured tiles the shipped files hold for device kind `kind` (read once)."""
+    out: dict[Key, Measured] = {}
+    for path in _files().get(kind, []):
+        try:
+            out.update(read(path)[1])
+        except Exception as e:  # noqa: BLE001 - a file this build cannot read: the rule answers, and says so
+            _set_aside(path, e)
+    return out
+
+
+def tables() -> dict[str, dict[Key, Measured]]:
+    """Every shipped file's measured tiles, by device kind."""
+    return {kind: table(kind) for kind in _files()}
+
+
+def forget() -> None:
+    """Read the files again at the next lookup (after `FILES` changed)."""
+    _files.cache_clear()
+    table.cache_clear()
 
 
 def lookup(kind: str, key: Key) -> Measured | None:
     """What the chip of device kind `kind` measured fastest for `key`, or None."""
-    return tables().get(kind, {}).get(key)
+    return table(kind).get(key)
