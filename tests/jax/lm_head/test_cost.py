@@ -86,7 +86,7 @@ def test_the_roofline_takes_the_larger_of_mxu_and_hbm_time_and_a_cost_per_step(k
 def test_the_calibrated_model_puts_the_v5es_lm_head_records_within_15_percent(kernel):
     """The forward's statistics and the chunked scheme's accumulator are the figures fitted to the v5e's first
     run: every LM-head record of the runs since too (the forward alone, the kernels' three, the chunked scheme at
-    three chunkings, with the float32 and the pair accumulator, the inner loop's widths the package runs) within
+    chunks of 512 to 8192, with the float32 and the pair accumulator, the inner loop's widths the package runs) within
     15% of what the model says, at both heads."""
     from tools.chip import predict, results, table
 
@@ -98,7 +98,7 @@ def test_the_calibrated_model_puts_the_v5es_lm_head_records_within_15_percent(ke
             if r["op"] == "lm_head_loss" and p is not None:
                 assert 0.85 <= p / r["median_s"] <= 1.15, (r["case"], r["impl"], r["pass"], p / r["median_s"])
                 checked += 1
-    assert checked == 34
+    assert checked >= 54, checked  # the records of the runs to 9aff1ec
 
 
 def _declared(module: str) -> list[dict[str, int]]:

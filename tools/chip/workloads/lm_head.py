@@ -14,8 +14,8 @@ import jax.numpy as jnp
 from ..models import DISTILL, HEADS, STATISTICS
 from . import Workload, normal, with_grads
 
-CHUNKS = (1024, 2048, 8192)  # the chunked scheme at fixed chunks, beside the package's own choice
-PAIR_CHUNKS = (1024, 2048)  # the same with dW accumulated in a bf16 pair (`pair_accumulator`), not yet chosen
+CHUNKS = (512, 1024, 2048)  # the chunked scheme at fixed chunks, beside the package's own choice
+PAIR_CHUNKS = (512, 1024)  # the same with dW accumulated in a bf16 pair (`pair_accumulator`)
 WHOLE = "tokamax (whole-block bodies)"  # the kernels without their inner loop over columns (`whole_blocks`)
 BETA = 0.5
 

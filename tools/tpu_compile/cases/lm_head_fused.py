@@ -1,9 +1,12 @@
 """The labels path's training loss with its gradients from the forward (`tokamax.lm_head.fused`,
 `loss_and_grads` at the scheme it picks on each chip) at the LM-head issue's step: 16,384 tokens,
-hidden 4096, bf16, Qwen's and Llama's vocabularies. On v7x it picks Liger's chunked scheme: three
+hidden 4096, bf16, Qwen's and Llama's vocabularies. Where it picks Liger's chunked scheme (`CHUNKED`: v7x
+at both, v5e at Llama's, whose float32 accumulator is all its compiler holds, within an eighth of HBM): three
 vocabulary-sized XLA matmuls (dot ops, no kernel; XLA's flop count says three), temporaries within its
-own estimate (`fused.cost(...).temp_bytes`) and an eighth of HBM; on v5e (16 GB) and v6e (32 GB) our three
-kernels (the chunks that fit there lose to them once the accumulator's cost the v5e measured is counted)."""
+estimate as a compile-only topology lays them out (`fused.temporaries`: the accumulator, two chunks' logits
+and dx's chunks; the v5e's own compiler holds only the larger of the first two); elsewhere (v5e at Qwen's,
+whose accumulator alone is 2.3 GiB, and v6e, where the chunks that fit its estimate lose to them) our three
+kernels."""
 
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from ..case import Case, on_chips, spec
 from . import _models as m
 
 TOKENS, MODELS = 16384, (m.QWEN3_8B, m.LLAMA_3_8B)
+CHUNKED = {("v5e", 128256), ("v7x", 128256), ("v7x", 151936)}
+"""(chip, vocab) where `fused.choose` takes the chunked scheme at this step."""
 _PICKED: dict[tuple[str, int], tuple[int | None, Any]] = {}
 """(chunk, its `fused.cost`) per (chip, vocab), noted when the case is built (it has the kernel)."""
 
@@ -26,6 +31,7 @@ def _build(chip: str, hidden: int, vocab: int) -> Any:
         with kernel.emulation.emulated_chip(chip):
             on = lm_head.cost.chip()
         chunk = lm_head.fused.choose(TOKENS, hidden, vocab, 2, on)
+        # the compile-only topology's layout: the estimate without the chip's own (`fused.temporaries`)
         _PICKED[chip, vocab] = (chunk, chunk and lm_head.fused.cost(TOKENS, hidden, vocab, 2, chunk))
         specs = [spec(mesh, (TOKENS, hidden), jnp.bfloat16), spec(mesh, (vocab, hidden), jnp.bfloat16),
                  spec(mesh, (TOKENS,), jnp.int32), spec(mesh, (TOKENS,), jnp.float32)]
@@ -40,12 +46,13 @@ def _check(chip: str, vocab: int) -> Any:
     def check(outcome: Any) -> None:
         chunk, estimate = _PICKED[chip, vocab]
         kernels, temp = outcome.hlo["tpu_custom_call"], outcome.memory["temp"]
-        if chip in ("v5e", "v6e"):
+        if (chip, vocab) not in CHUNKED:
             assert chunk is None and kernels == 3, f"{outcome.name}: chunk {chunk}, {kernels} kernels; expected ours"
             return
         assert chunk and kernels == 0, f"{outcome.name}: chunk {chunk}, {kernels} kernels; expected the chunked scheme"
-        assert temp <= estimate.temp_bytes, f"{outcome.name}: {temp / 2**30:.2f} GiB of temporaries over the " \
-                                            f"estimate {estimate.temp_bytes / 2**30:.2f} GiB the scheme was chosen by"
+        small = 64 << 20  # the per-row vectors and the compiler's small buffers, which the estimate leaves out
+        assert temp <= estimate.temp_bytes + small, f"{outcome.name}: {temp / 2**30:.3f} GiB of temporaries over " \
+                                                    f"the estimate {estimate.temp_bytes / 2**30:.3f} GiB"
         # three matmuls: XLA's own count, which takes the scan's body once (one chunk); its elementwise ops add
         # tens of flops per logit against the matmuls' 6 x hidden (about 0.2% at hidden 4096)
         per_chunk = estimate.flops * chunk // TOKENS

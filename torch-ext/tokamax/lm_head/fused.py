@@ -9,9 +9,11 @@ forward can give dx, dW and db at once and the backward only scales them by the 
 Two schemes, one result (`loss_and_grads`):
 - **chunked** (Liger's): per chunk of rows, the [chunk, vocab] float32 logits in HBM from one XLA
   matmul, the gradient block G from them, dx = G @ w and dW += G.T @ x (float32, in HBM): three
-  vocabulary-sized matmuls per step, for chunk x vocab x 10 bytes and a float32 dW of temporaries.
-  With `pair_accumulator`, dW accumulates as two arrays of w's dtype (the float32 sum rounded, and what
-  that rounding left), half the accumulator's temporaries at 16 bits; not chosen until a chip times it.
+  vocabulary-sized matmuls per step, for a float32 dW or two chunks' float32 logits of temporaries
+  (`temporaries`: the larger, as the chip's compiler lays them out). With `pair_accumulator`, dW
+  accumulates as two arrays of w's dtype (the float32 sum rounded, and what that rounding left): the v5e
+  ran it no faster (192.5 against 195.0 ms at Llama 3 8B's head) and held as much or more, so `choose`
+  does not take it.
 - **kernels**: our Pallas kernels (`kernels`): the statistics, then dx and dW with the loss's per-row
   coefficients: five matmuls (the backward kernels recompute the logits), about 1 MiB of temporaries.
 
@@ -42,7 +44,8 @@ from .transform import LogitTransform
 
 CHUNKS = (4096, 2048, 1024)
 """Chunk rows the chunked scheme takes: below 1024, re-reading and re-writing the float32 dW per chunk
-costs more HBM time than the two matmuls it serves."""
+costs more HBM time than the two matmuls it serves (the v5e at Llama 3 8B's head: 231.5 ms in chunks of 512,
+197.4 in 1024, 195.0 in 2048; at Qwen3 8B's 540.9, 466.0, 458.7)."""
 ACCUMULATOR_PASSES = 12
 """What the float32 dW accumulator costs beyond the roofline, in passes over it at the HBM bandwidth: XLA's
 loop does not hide its read-modify-write behind the matmuls. Measured on the v5e (benchmarks/measured/
@@ -70,7 +73,7 @@ class ChunkedCost:
 
 
 def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_grad: bool = True,
-         pair: bool = False) -> ChunkedCost:
+         pair: bool = False, kind: str = "") -> ChunkedCost:
     """Per chunk: w read by the logits' and dx's matmuls (a frozen head's too), x_c by the logits' and dW's,
     dx_c written, the logits written and read in float32, G written once and read by dx's and dW's matmuls;
     dW's float32 accumulator read and written per chunk (written only by the first). Three matmuls (two for
@@ -82,9 +85,31 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_g
     per_chunk = 2 * w + matmuls * x_c + 2 * chunk * vocab * 4 + matmuls * chunk * vocab * itemsize
     accumulator = vocab * hidden * (2 * itemsize if pair else 4) if weight_grad else 0
     moved = chunks * per_chunk + (2 * chunks - 1) * accumulator
-    temps = chunk * vocab * (4 + 4 + itemsize) + (accumulator // 2 if pair else accumulator)
-    return ChunkedCost(chunk, matmuls * 2 * chunks * chunk * vocab * hidden, moved, temps,
+    return ChunkedCost(chunk, matmuls * 2 * chunks * chunk * vocab * hidden, moved,
+                       temporaries(chunks, chunk, vocab, accumulator, pair, kind, chunks * chunk * hidden * itemsize),
                        accumulator if chunks > 1 else 0)
+
+
+LAID_OUT_ON_CHIP = ("TPU v5 lite",)
+"""Chips whose own compiler's layout of the chunked scheme was measured (`temporaries`)."""
+
+
+def temporaries(chunks: int, chunk: int, vocab: int, accumulator: int, pair: bool = False, kind: str = "",
+                rows_bytes: int = 0) -> int:
+    """The chunked scheme's temporaries: a float32 dW accumulator (the pair's low half), up to two chunks'
+    float32 logits, and dx's chunks before they are cut to the rows (`rows_bytes`).
+
+    On the chips of `LAID_OUT_ON_CHIP` as their own compiler lays them out (`memory_analysis()` of the call
+    compiled on the v5e, benchmarks/measured/v5e-2026-12-04-bench-lm_head-9aff1ec.json and -bf5a22b.json): with
+    a float32 accumulator, the larger of it and two chunks' logits (one chunk's where there is one: no
+    accumulator); with the pair, its low half and two chunks' logits; all fourteen measured at Llama 3 8B's and
+    Qwen3 8B's heads (chunks of 512 to 8192) to the byte's rounding. Elsewhere the sum of all three, the most the
+    compile-only topologies laid out (v7x: the accumulator and two chunks' logits; v5e compile-only: one chunk's)."""
+    logits = min(chunks, 2) * chunk * vocab * 4
+    held = (accumulator // 2 if pair else accumulator) if chunks > 1 else 0
+    if kind in LAID_OUT_ON_CHIP:
+        return held + logits if pair else max(held, logits)
+    return held + logits + rows_bytes
 
 
 def choose(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True) -> int | None:
@@ -92,7 +117,8 @@ def choose(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight
     plan = plans.choose(rows, hidden, vocab, itemsize, chip)
     costs = plan.costs(hidden, vocab, itemsize)
     kernels = sum(c.seconds(chip) for name, c in costs.items() if weight_grad or name != "backward_w")
-    fitting = [cost(rows, hidden, vocab, itemsize, c, weight_grad) for c in CHUNKS if c <= round_up(rows, CHUNKS[-1])]
+    fitting = [cost(rows, hidden, vocab, itemsize, c, weight_grad, kind=chip.kind) for c in CHUNKS
+               if c <= round_up(rows, CHUNKS[-1])]
     fitting = [c for c in fitting if c.temp_bytes <= chip.hbm // HBM_SHARE]
     if not fitting:
         return None
