@@ -48,19 +48,16 @@ def test_the_docs_tables_are_generated_from_the_results(kernel):
 
 @pytest.mark.kernels_ci
 def test_the_cost_models_choices_rest_on_are_within_20_percent_of_the_chip(kernel):
-    """The grouped matmul's tiles (forward and backward), the LM head's kernels against its chunked scheme
-    (forward + backward: what `fused.choose` compares) and distillation's kernels."""
+    """The grouped matmul's tiles (forward and backward, every record: the model ranks the tiles wherever the chip
+    did not measure the call), the LM head's kernels against its chunked scheme (forward + backward: what
+    `fused.choose` compares) and distillation's kernels."""
     off = []
     for path in table.bench_files():
         data = results.load(path)
         for r in data["records"]:
-            # the grouped matmul's tiles rest on the model where the rule chose them; at the shapes the chip measured
-            # (`moe.measured`, every benchmark shape since) on the measurement, which the table still predicts
-            relied = (r["op"] == "grouped_matmul" and predict.tiles_of(data["commit"]) == "rule") \
-                or (r["op"] == "lm_head_loss" and r["pass"] == "fwd+bwd") or r["op"] == "distillation"
+            relied = r["op"] in ("grouped_matmul", "distillation") \
+                or (r["op"] == "lm_head_loss" and r["pass"] == "fwd+bwd")
             p = predict.predicted(kernel, r, commit=data["commit"])
             if p is not None and relied and not 0.8 <= p / r["median_s"] <= 1.2:
                 off.append((path.name, r["case"], r["impl"], r["pass"], round(p / r["median_s"], 2)))
-    # OLMoE's forward with the rule's tiles: 64 groups of ~512 rows, the boundary tiles the model counts whole
-    assert off == [("v5e-2026-12-04-bench-moe-9410969.json", "OLMoE: 32768 x 2048 -> 1024, 64 experts", "tokamax",
-                    "fwd", 0.77)], off
+    assert off == [], off

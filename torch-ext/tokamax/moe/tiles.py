@@ -7,10 +7,10 @@ Where the chip measured the call's exact shape (`measured`: the result files shi
 `tokamax.tuning`), its fastest tiles; elsewhere the rule: among tiles of 256 to 1024 rows that divide the rows
 (or all of them; 128 where nothing wider divides) and 128 to 2048 of each other dimension (or the whole
 dimension), those whose VMEM (`vmem_bytes`) fits the chip's scoped VMEM, the fastest by the roofline
-(`seconds`): MXU time over the padded tiles actually visited (a group's last row tile is worked whole), HBM
-time of every operand as the grid fetches it, and a fixed cost per grid step. The VMEM model and the rule were
-checked on a v5e (tools/chip/sweep.py: 300 tilings at five model shapes, which compiled and how fast) and by
-the compile tier for v5e, v6e and v7x.
+(`seconds`): step by step, the MXU time of the padded tiles actually visited (a group's last row tile is worked
+whole) against the HBM time of what the grid fetches for the next step, and a fixed cost per grid step. The
+VMEM model and the rule were checked on a v5e (tools/chip/sweep.py: 300 tilings at five model shapes, which
+compiled and how fast) and by the compile tier for v5e, v6e and v7x.
 
 Kernels and their dimensions, (m, k, n) as upstream's Config names them:
 - "gmm": lhs [m, k] x rhs [g, k, n] -> [m, n]; tiles (tm, tk, tn).
@@ -84,27 +84,65 @@ def fits(kernel: str, t: Tiles, on: Chip, itemsize: int = 2) -> bool:
     return vmem_bytes(kernel, t, itemsize) <= share * on.scoped_vmem
 
 
-def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip, itemsize: int = 2) -> float:
-    """The roofline time of one call: max(MXU time, HBM time) + a fixed cost per grid step.
+GROUP_WEIGHTS_UNHIDDEN = 0.4
+"""The share of a group's weights block whose fetch no compute hides when the grid moves to the next group (per
+output tile): the pipeline fetches it one step ahead, from the group metadata, while the other operands' fetches
+queue beside it. Fitted on the v5e (benchmarks/measured/v5e-2026-12-04-bench-moe-8b33815.json and -9410969.json,
+the tune file torch-ext/tokamax/moe/measured/v5e.json): without it the shapes of 64 and 128 groups of ~512 rows
+(OLMoE, Qwen3-30B-A3B) ran 18-28% over the model, Mixtral's 8 groups of 2048 rows within 11%; 0.4 puts every
+grouped-matmul benchmark record within 0.82-1.16 of the chip (0.5 and more put Mixtral's forward over 1.17, and
+rank gpt-oss's dlhs tiles of a whole contraction too slow)."""
 
-    The weights' block is counted once per row tile visited. Where the contraction is one tile, consecutive row
-    tiles of a group ask for the same block and Pallas does not fetch it again, so this overcounts there: the v5e
-    ran Mixtral's and gpt-oss's forward with such tiles in 57% and 55% of this time (OLMoE's, Qwen3-30B-A3B's
-    within 12%). Counting the weights once per group, plus each group's block fetched unhidden, fitted those runs
-    (9 of 10 within 16%) but put the rule at Qwen3-30B-A3B on tiles the chip ran 25% slower than its best: the
-    shapes the chip measured take its measured tiles (`measured`), and the rule keeps this count."""
-    row_tiles = _cdiv(m, t.tm) + groups - 1  # each group boundary inside a row tile visits it once more
-    tiles_k, tiles_n = _cdiv(k, t.tk), _cdiv(n, t.tn)
-    flops = 2 * row_tiles * t.tm * tiles_k * t.tk * tiles_n * t.tn
-    if kernel == "gmm":
-        moved = m * k * tiles_n + row_tiles * k * n + m * n
-    elif kernel == "dlhs":
-        moved = m * n * tiles_k + row_tiles * k * n + m * k
-    else:  # tgmm: lhs re-read per n tile, grad per k tile, every group's [k, n] written
-        moved = m * k * tiles_n + m * n * tiles_k + groups * k * n
-    steps = row_tiles * tiles_k * tiles_n
+
+def _step_classes(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles,
+                  itemsize: int) -> tuple[list[tuple[int, int, float]], float]:
+    """The grid's steps in classes of (count, flops per step, HBM bytes fetched for the next step), and the bytes
+    nothing hides. Pallas fetches a block only when its index changes from one step to the next, so where the
+    contraction is one tile (gmm and dlhs) a group's weights block is fetched once per output tile, at the group's
+    first visit, and a row tile a group boundary crosses (visited again by the next group) fetches no rows again;
+    edge blocks move only what is in bounds (the MXU works them whole)."""
+    row_tiles = _cdiv(m, t.tm)
+    revisits = groups - 1  # each group boundary inside a row tile visits it once more
+    if kernel == "tgmm":  # grid (n, k, row visits): the [k, n] block written once per group
+        tiles_k, tiles_n = _cdiv(k, t.tk), _cdiv(n, t.tn)
+        flops = 2 * t.tm * t.tk * t.tn
+        rows_in = t.tm * (k / tiles_k + n / tiles_n) * itemsize
+        out = (k / tiles_k) * (n / tiles_n) * itemsize
+        blocks = tiles_k * tiles_n
+        return [(blocks * row_tiles, flops, rows_in), (blocks * revisits, flops, out)], blocks * out
+    # gmm and dlhs: grid (output tiles, row visits, contraction tiles); dlhs contracts n (its tn), writes k (tk)
+    size_c, tile_c, size_o, tile_o = (k, t.tk, n, t.tn) if kernel == "gmm" else (n, t.tn, k, t.tk)
+    tiles_c, tiles_o = _cdiv(size_c, tile_c), _cdiv(size_o, tile_o)
+    c, o = size_c / tiles_c, size_o / tiles_o
+    lhs, weights, out = t.tm * c * itemsize, c * o * itemsize, t.tm * o * itemsize
+    flops = 2 * t.tm * tile_c * tile_o
+    unhidden = tiles_o * groups * GROUP_WEIGHTS_UNHIDDEN * weights
+    if tiles_c > 1:  # every step fetches rows and weights; the output block is written once per row tile
+        return [(tiles_o * row_tiles, flops, lhs + weights + out),
+                (tiles_o * (row_tiles * (tiles_c - 1) + revisits * tiles_c), flops, lhs + weights)], unhidden
+    # one contraction tile: a new row tile fetches rows (and writes the last), a group's first visit its weights
+    return [(tiles_o * row_tiles, flops, lhs + out), (tiles_o * revisits, flops, weights)], unhidden + tiles_o * weights
+
+
+def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip, itemsize: int = 2) -> float:
+    """The roofline time of one call, step by step: each class of grid steps at the larger of its MXU time (the
+    tiles worked whole, a group's last row tile too) and the HBM time of what it fetches for the next step (what
+    Pallas double-buffers behind it; `_step_classes`), a fixed cost per grid step, and the weights fetches no
+    step hides (`GROUP_WEIGHTS_UNHIDDEN`, the first block).
+
+    A roofline over the whole call instead hides a group's weights fetch behind other groups' compute and counted
+    the weights once per row tile: predicted over measured on the v5e was 1.76 at Mixtral's forward and 1.82 at
+    gpt-oss's with the contraction in one tile. Step by step, every grouped-matmul benchmark record on the v5e is
+    within 0.82-1.16 (tools/chip/predict.py), and the tiles it ranks first among those the chip timed run within
+    5% of the fastest at 14 of the tune file's 15 calls and within 6% at each kernel of the sweep's clean shapes
+    (tests/chip/test_predict.py). tgmm runs slower than this count where its groups are many (the model is
+    0.56-0.8 of the sweep's times at Qwen3-30B-A3B's 128 groups: storing each group's accumulator, masking the
+    rows of a tile two groups share), which no term here holds: at that call its first ran 9.4% over the
+    fastest."""
+    classes, unhidden = _step_classes(kernel, m, k, n, groups, t, itemsize)
     mxu_fill = min(1.0, t.tm / on.mxu) * min(1.0, min(t.tk, t.tn) / on.mxu)
-    return roofline.seconds(flops, moved * itemsize, steps, on, mxu_fill)
+    return sum(roofline.seconds(count * flops, count * moved, count, on, mxu_fill) for count, flops, moved in classes
+               if count > 0) + unhidden / on.hbm_bandwidth
 
 
 def choose(kernel: str, m: int, k: int, n: int, groups: int, on: Chip, itemsize: int = 2) -> Tiles:
