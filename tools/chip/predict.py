@@ -1,7 +1,7 @@
 """The package's cost models against what the chip measured: for each benchmark record of a kernel that has
-a model (the grouped matmul's tiles, the LM head's kernels and chunked scheme, distillation's kernels), the
-seconds `tokamax.roofline` predicts on the measured chip with its calibrated figures, the way the package
-itself chooses (the tiles and blocks it would pick at that shape). Splash has no cost model here (upstream's
+a model (the grouped matmul's tiles, the LM head's kernels and chunked scheme, distillation's kernels and stored
+scheme), the seconds `tokamax.roofline` predicts on the measured chip with its calibrated figures, the way the
+package itself chooses (the tiles and blocks it would pick at that shape). Splash has no cost model here (upstream's
 kernel and blocks): its records have no prediction."""
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ KERNELS = ("tokamax", "tokamax (kernels)", "tokamax (whole-block bodies)", "toka
            "tokamax (columns of 2048, kernels)")
 """The LM head's kernels as the package runs them at the benchmark's heads (blocks of 512 and 1024 columns, so a
 loop of 1024 or 2048 columns is the whole block)."""
+
+DISTILL_IMPLS = ("tokamax", "tokamax (stored)", "tokamax (kernels)", "tokamax (whole-block bodies)")
+KERNELS_ONLY = ("a9c94e4", "bf5a22b", "e962c99")
+"""The runs before distillation's stored scheme: their "tokamax" ran the kernels."""
 
 
 def tiles_of(commit: str) -> str:
@@ -90,10 +94,17 @@ def _head(tk: ModuleType, r: dict, chip: Any) -> float | None:
     return None
 
 
-def _distill(tk: ModuleType, r: dict, chip: Any) -> float | None:
+def _distill(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
+    """The kernels' roofline, or the stored scheme's (`distill.cost.stored`) where the record ran it: "tokamax
+    (stored)", and "tokamax" where `distill.stored.choose` takes it, in runs after `KERNELS_ONLY`."""
     d = _shape(r["case"], DISTILL)
-    blocks = tk.distill.blocks
+    blocks, stored = tk.distill.blocks, tk.distill.stored
     sizes = blocks.Sizes(d.rows, d.student_hidden, d.teacher_hidden, d.vocab)
+    chunk = stored.choose(sizes, chip) if r["impl"] == "tokamax" and commit[:7] not in KERNELS_ONLY else None
+    if r["impl"] == "tokamax (stored)":
+        chunk = stored.choose(sizes, chip) or stored.chunk_for(d.rows, stored.CHUNKS[-1])
+    if chunk is not None:
+        return tk.distill.cost.stored(sizes, chunk, backward=r["pass"] != "fwd").seconds(chip)
     by = {k: blocks.choose(sizes, chip.vmem, k) for k in ("forward", "backward_x", "backward_w")}
     costs = tk.distill.cost.costs(sizes, by, beta=0.5)
     names = ("forward",) if r["pass"] == "fwd" else tuple(costs)
@@ -112,6 +123,6 @@ def predicted(tk: ModuleType, r: dict, *, commit: str) -> float | None:
         return _grouped(tk, r, chip, tiles_of(commit))
     if r["op"] == "lm_head_loss":
         return _head(tk, r, chip)
-    if r["op"] == "distillation" and r["impl"] in ("tokamax", "tokamax (whole-block bodies)"):
-        return _distill(tk, r, chip)
+    if r["op"] == "distillation" and r["impl"] in DISTILL_IMPLS:
+        return _distill(tk, r, chip, commit)
     return None
