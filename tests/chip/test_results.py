@@ -61,3 +61,24 @@ def test_the_cost_models_choices_rest_on_are_within_20_percent_of_the_chip(kerne
             if p is not None and relied and not 0.8 <= p / r["median_s"] <= 1.2:
                 off.append((path.name, r["case"], r["impl"], r["pass"], round(p / r["median_s"], 2)))
     assert off == [], off
+
+
+@pytest.mark.kernels_ci
+def test_distillation_records_are_predicted_by_the_scheme_they_ran(kernel):
+    """"tokamax (stored)" by the stored scheme's roofline, "tokamax (kernels)" by the kernels'; "tokamax" by what
+    `distill.stored.choose` takes on the v5e at the benchmark's size (the stored scheme, chunks of 512), except in
+    the runs before the scheme (`predict.AUTO_KERNELS`), which ran the kernels."""
+    d = predict.DISTILL[0]
+    case = f"{d.model} (JSD, beta 0.5): {d.rows} rows, student {d.student_hidden}, teacher {d.teacher_hidden}"
+
+    def seconds(impl: str, commit: str = "0000000", pass_: str = "fwd+bwd") -> float:
+        record = {"op": "distillation", "case": case, "impl": impl, "pass": pass_, "median_s": 0.1}
+        return predict.predicted(kernel, record, commit=commit)
+
+    sizes = kernel.distill.blocks.Sizes(d.rows, d.student_hidden, d.teacher_hidden, d.vocab)
+    v5e = predict.v5e(kernel)
+    assert kernel.distill.stored.choose(sizes, v5e) == 512
+    stored = kernel.distill.cost.stored(sizes, 512).seconds(v5e)
+    assert seconds("tokamax (stored)") == seconds("tokamax") == pytest.approx(stored)
+    assert seconds("tokamax (kernels)") == seconds("tokamax", commit=predict.AUTO_KERNELS[0]) > 2 * stored
+    assert seconds("tokamax (stored)", pass_="fwd") < stored

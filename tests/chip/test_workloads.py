@@ -24,7 +24,9 @@ def test_every_lm_head_workload_traces_for_the_v5e(kernel, emulation):
     assert ("lm_head_loss", "tokamax (whole-block bodies, kernels)", "fwd+bwd") in traced
     assert ("lm_head_loss", "tokamax (chunks of 1024, pair accumulator)", "fwd+bwd") in traced
     assert ("distillation", head_workloads.WHOLE, "fwd+bwd") in traced
-    assert len(traced) == 34, traced
+    assert ("distillation", "tokamax (stored)", "fwd+bwd") in traced
+    assert ("distillation", "tokamax (kernels)", "fwd+bwd") in traced
+    assert len(traced) == 38, traced
 
 
 @pytest.mark.kernels_ci
@@ -37,7 +39,7 @@ def test_distillations_whole_block_variant_reaches_its_backward(kernel, emulatio
     variants = {w.impl: w for w in head_workloads.workloads(kernel)
                 if w.op == "distillation" and w.pass_ == "fwd+bwd"}
     with emulation.emulated_chip("v5e"):
-        for impl, loops in (("tokamax", True), (head_workloads.WHOLE, False)):
+        for impl, loops in (("tokamax (kernels)", True), (head_workloads.WHOLE, False)):
             fn, _ = variants[impl].make_specs()
             text = str(jax.make_jaxpr(fn)(*shapes))
             kernels = {name.split("_")[3] for name in re.findall(r"tokamax_distill_jsd_\w+", text)}

@@ -209,19 +209,26 @@ def _model_shapes(tk: ModuleType) -> Iterator[Outcome]:
             xt, wt = normal(3, (rows, ht), jnp.float32), normal(4, (vocab, ht), jnp.float32, ht ** -0.5)
             g_div, g_ent = normal(5, (rows,), jnp.float32), normal(6, (rows,), jnp.float32)
 
-            def ours(xs, ws, xt, wt, g_div, g_ent):  # noqa: ANN001, ANN202
-                def loss(xs, ws):  # noqa: ANN001, ANN202
-                    div, ent = tk.distill.divergence(xs, ws, None, xt, wt, None, beta=0.5)
-                    return (div * g_div + ent * g_ent).sum(), (div, ent)
-                (_, (div, ent)), grads = jax.value_and_grad(loss, (0, 1), has_aux=True)(xs, ws)
-                return div, ent, grads
+            def ours(scheme, entropy):  # noqa: ANN001, ANN202 - the stored scheme's backward differs without one
+                def run(xs, ws, xt, wt, g_div, g_ent):  # noqa: ANN001, ANN202
+                    def loss(xs, ws):  # noqa: ANN001, ANN202
+                        div, ent = tk.distill.divergence(xs, ws, None, xt, wt, None, beta=0.5, scheme=scheme)
+                        return (div * g_div).sum() + ((ent * g_ent).sum() if entropy else 0.0), (div, ent)
+                    (_, (div, ent)), grads = jax.value_and_grad(loss, (0, 1), has_aux=True)(xs, ws)
+                    return div, ent, grads
+                return run
 
-            div, ent, (dxs, dws) = jax.jit(ours)(xs, ws, xt, wt, g_div, g_ent)
             operands = [np.asarray(a) for a in (xs, ws)] + [None] + [np.asarray(a) for a in (xt, wt)] + [None]
-            w_div, w_ent, (w_dxs, w_dws, _) = reference.reference(operands, {"beta": 0.5}, np.asarray(g_div),
-                                                                   np.asarray(g_ent))
-            return _within(f"distillation JSD at {rows} rows, student {hs}, teacher {ht}, vocabulary {vocab}", {
-                "divergence": (div, w_div), "entropy": (ent, w_ent), "dx": (dxs, w_dxs), "dw": (dws, w_dws)}, start)
+            pairs = {}
+            for scheme, entropy in (("kernels", True), ("stored", True), ("stored", False)):
+                div, ent, (dxs, dws) = jax.jit(ours(scheme, entropy))(xs, ws, xt, wt, g_div, g_ent)
+                g = np.asarray(g_ent) if entropy else np.zeros(rows, np.float32)
+                w_div, w_ent, (w_dxs, w_dws, _) = reference.reference(operands, {"beta": 0.5}, np.asarray(g_div), g)
+                name = scheme + ("" if entropy else " (no entropy cotangent)")
+                pairs |= {f"{name} divergence": (div, w_div), f"{name} entropy": (ent, w_ent),
+                          f"{name} dx": (dxs, w_dxs), f"{name} dw": (dws, w_dws)}
+            return _within(f"distillation JSD at {rows} rows, student {hs}, teacher {ht}, vocabulary {vocab}", pairs,
+                           start)
         return check
 
     checks = {

@@ -1,7 +1,7 @@
 """The package's cost models against what the chip measured: for each benchmark record of a kernel that has
-a model (the grouped matmul's tiles, the LM head's kernels and chunked scheme, distillation's kernels), the
-seconds `tokamax.roofline` predicts on the measured chip with its calibrated figures, the way the package
-itself chooses (the tiles and blocks it would pick at that shape). Splash has no cost model here (upstream's
+a model (the grouped matmul's tiles, the LM head's kernels and chunked scheme, distillation's kernels and stored
+scheme), the seconds `tokamax.roofline` predicts on the measured chip with its calibrated figures, the way the
+package itself chooses (the tiles and blocks it would pick at that shape). Splash has no cost model here (upstream's
 kernel and blocks): its records have no prediction."""
 
 from __future__ import annotations
@@ -33,13 +33,16 @@ RAN_OTHERWISE = {
 """Records of code the package no longer runs, by (commit, op, impl), and why: not predicted (the cost models
 describe what the package runs; the loop over 256 columns cost 40% in the forward, which no model holds)."""
 AUTO_KERNELS = ("a9c94e4", "bf5a22b", "e962c99", "9aff1ec")
-"""Runs whose package default (`chunk="auto"`) took the kernels at every head: `fused.choose` counted the chunked
-scheme's temporaries as the compile-only topology lays them out, past an eighth of the v5e's HBM at both heads."""
+"""Runs whose package defaults took the kernels: the LM head's (`chunk="auto"`) at every head (`fused.choose` counted
+the chunked scheme's temporaries as the compile-only topology lays them out, past an eighth of the v5e's HBM at both
+heads), and distillation's (before its stored scheme)."""
 KERNELS = ("tokamax", "tokamax (kernels)", "tokamax (whole-block bodies)", "tokamax (whole-block bodies, kernels)",
            "tokamax (columns of 1024)", "tokamax (columns of 1024, kernels)", "tokamax (columns of 2048)",
            "tokamax (columns of 2048, kernels)")
 """The LM head's kernels as the package runs them at the benchmark's heads (blocks of 512 and 1024 columns, so a
 loop of 1024 or 2048 columns is the whole block)."""
+
+DISTILL_IMPLS = ("tokamax", "tokamax (stored)", "tokamax (kernels)", "tokamax (whole-block bodies)")
 
 
 def tiles_of(commit: str) -> str:
@@ -94,10 +97,17 @@ def _head(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
     return None
 
 
-def _distill(tk: ModuleType, r: dict, chip: Any) -> float | None:
+def _distill(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
+    """The kernels' roofline, or the stored scheme's (`distill.cost.stored`) where the record ran it: "tokamax
+    (stored)", and "tokamax" where `distill.stored.choose` takes it, in runs after `AUTO_KERNELS`."""
     d = _shape(r["case"], DISTILL)
-    blocks = tk.distill.blocks
+    blocks, stored = tk.distill.blocks, tk.distill.stored
     sizes = blocks.Sizes(d.rows, d.student_hidden, d.teacher_hidden, d.vocab)
+    chunk = stored.choose(sizes, chip) if r["impl"] == "tokamax" and commit[:7] not in AUTO_KERNELS else None
+    if r["impl"] == "tokamax (stored)":
+        chunk = stored.choose(sizes, chip) or stored.chunk_for(d.rows, stored.CHUNKS[-1])
+    if chunk is not None:
+        return tk.distill.cost.stored(sizes, chunk, backward=r["pass"] != "fwd").seconds(chip)
     by = {k: blocks.choose(sizes, chip.vmem, k) for k in ("forward", "backward_x", "backward_w")}
     costs = tk.distill.cost.costs(sizes, by, beta=0.5)
     names = ("forward",) if r["pass"] == "fwd" else tuple(costs)
@@ -116,6 +126,6 @@ def predicted(tk: ModuleType, r: dict, *, commit: str) -> float | None:
         return _grouped(tk, r, chip, tiles_of(commit))
     if r["op"] == "lm_head_loss":
         return _head(tk, r, chip, commit)
-    if r["op"] == "distillation" and r["impl"] in ("tokamax", "tokamax (whole-block bodies)"):
-        return _distill(tk, r, chip)
+    if r["op"] == "distillation" and r["impl"] in DISTILL_IMPLS:
+        return _distill(tk, r, chip, commit)
     return None

@@ -1,7 +1,8 @@
 """One DistillationTrainer loss step's divergence two ways, as JAX functions of (x_s, w_s, x_t, w_t) ->
 (dx_s, dw_s), so that the TPU compiler reports each one's per-chip memory for the same chip:
 
-- `ours`: this kernel's `distill.divergence` (Pallas; neither model's [tokens, vocabulary] array);
+- `ours`: this kernel's `distill.divergence` on its kernels (`scheme="kernels"`: Pallas; neither model's
+  [tokens, vocabulary] array);
 - `trl_tiles`: what TRL's `ChunkedDivergenceFunction` does off CUDA (DESIGN §16): tiles of 4,096 tokens
   x 32,768 vocabulary of both models, float32; a first sweep of online log-sum-exps (and the student's
   entropy sums), a second for the generalized JSD and KL(p_s || m); the backward recomputes both tiles
@@ -28,7 +29,7 @@ BETA = 0.5
 
 def ours(kernel: ModuleType) -> Callable[..., Any]:
     def loss(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array) -> tuple[jax.Array, jax.Array]:
-        div, entropy = kernel.distill.divergence(xs, ws, None, xt, wt, None, beta=BETA)
+        div, entropy = kernel.distill.divergence(xs, ws, None, xt, wt, None, beta=BETA, scheme="kernels")
         return jnp.sum(div), entropy
     return jax.grad(loss, argnums=(0, 1), has_aux=True)
 

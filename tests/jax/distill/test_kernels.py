@@ -38,12 +38,13 @@ def operands(rows: int, hidden_s: int, hidden_t: int, vocab: int, seed: int, bia
 
 
 def run(distill, emulation, ops: tuple, options: dict, g_div: np.ndarray, g_ent: np.ndarray, chip: str = "v6e"):  # noqa: ANN201
-    """(divergence, entropy, (dx, dw, db)) of the kernels, the gradients of sum(g_div D + g_ent H)."""
+    """(divergence, entropy, (dx, dw, db)) of the kernels (the scheme forced: `auto` takes the stored scheme at 300
+    rows), the gradients of sum(g_div D + g_ent H)."""
     xs, ws, bs, xt, wt, bt = ops
     bias = np.zeros(ws.shape[0], np.float32) if bs is None else bs
 
     def loss(xs, ws, b):  # noqa: ANN001, ANN202
-        div, ent = distill.divergence(xs, ws, None if bs is None else b, xt, wt, bt, **options)
+        div, ent = distill.divergence(xs, ws, None if bs is None else b, xt, wt, bt, scheme="kernels", **options)
         return (g_div * div + g_ent * ent).sum(), (div, ent)
 
     with emulation.interpret_on_cpu(chip):

@@ -8,6 +8,7 @@ alone), a frozen head's backward (dx alone, one kernel), and bad calls."""
 from __future__ import annotations
 
 import collections
+import importlib
 
 import pytest
 import torch
@@ -34,10 +35,12 @@ def _log_probs(x, w, b, scale, cap):  # noqa: ANN001, ANN202
     return torch.log_softmax(cap * torch.tanh(z / cap) / OPTIONS["temperature"], -1)
 
 
+@pytest.mark.parametrize("chunk", [0, 16], ids=["kernels", "stored"])
 @pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
-def test_divergence_entropy_and_gradients_match_float64(ops, beta):
+def test_divergence_entropy_and_gradients_match_float64(ops, beta, chunk):
+    """By the kernels and by the stored scheme in chunks of 16 rows (70 rows: the last chunk padded)."""
     xs, ws, bs, xt, wt, bt = _operands()
-    div, ent = ops.distillation_divergence(xs, ws, bs, xt, wt, bt, beta=beta, **OPTIONS)
+    div, ent = ops.distillation_divergence(xs, ws, bs, xt, wt, bt, beta=beta, chunk=chunk, **OPTIONS)
     g = checks.randn(ROWS, seed=46)
     (g * div).sum().backward()
     assert not ent.requires_grad and div.dtype == ent.dtype == torch.float32
@@ -71,18 +74,20 @@ class _Ops(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops):
+@pytest.mark.parametrize("chunk", [0, 16], ids=["kernels", "stored"])
+def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops, chunk):
     """A student head whose weight and bias need no gradient (LoRA's): the dx-only op runs (one backward
-    kernel, not two) and gives the full backward's dx exactly."""
+    kernel, not two; the stored scheme's one matmul, not two) and gives the full backward's dx exactly."""
     xs, ws, bs, xt, wt, bt = _operands()
     grads = []
+    name = "distill_divergence_stored_bwd" if chunk else "distill_divergence_bwd"
     for frozen in (False, True):
         x, w, b = (t.detach().clone().requires_grad_(t is xs or not frozen) for t in (xs, ws, bs))
         with _Ops() as probe:
-            div, _ = ops.distillation_divergence(x, w, b, xt, wt, bt, beta=0.5, **OPTIONS)
+            div, _ = ops.distillation_divergence(x, w, b, xt, wt, bt, beta=0.5, chunk=chunk, **OPTIONS)
             div.sum().backward()
-        assert probe.seen["distill_divergence_bwd_x" if frozen else "distill_divergence_bwd"] == 1, probe.seen
-        assert probe.seen["distill_divergence_bwd" if frozen else "distill_divergence_bwd_x"] == 0, probe.seen
+        assert probe.seen[f"{name}_x" if frozen else name] == 1, probe.seen
+        assert probe.seen[name if frozen else f"{name}_x"] == 0, probe.seen
         assert (w.grad is None) == frozen and (b.grad is None) == frozen
         grads.append(x.grad)
     torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
@@ -103,6 +108,13 @@ def test_fakes_match_jax_shapes(ops):
     checks.fake_matches_jax(ops, ops.distill_divergence_op, f._forward_jax, *operands, *setting)
     checks.fake_matches_jax(ops, ops.distill_divergence_bwd_op, f._backward_jax, *operands, *[row] * 5, *setting)
     checks.fake_matches_jax(ops, ops.distill_divergence_bwd_x_op, f._backward_x_jax, *operands, *[row] * 5, *setting)
+    s = checks.family(ops, "distill").stored_ops
+    _, _, q = checks.fake_matches_jax(ops, ops.distill_divergence_stored_op, s._stored_forward_jax, *operands,
+                                      *setting, 64)
+    assert tuple(q.shape) == (256, 384) and q.dtype == torch.bfloat16  # 200 rows padded to chunks of 64
+    q, xs, ws = torch.zeros(256, 384, dtype=torch.bfloat16), operands[0], operands[1]
+    checks.fake_matches_jax(ops, ops.distill_divergence_stored_bwd_op, s._stored_backward_jax, xs, ws, q, row)
+    checks.fake_matches_jax(ops, ops.distill_divergence_stored_bwd_x_op, s._stored_backward_x_jax, xs, ws, q, row)
 
 
 @pytest.mark.kernels_ci
@@ -120,13 +132,14 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
 
 
 @pytest.mark.kernels_ci
-def test_autograd_wiring_on_meta(ops):
+@pytest.mark.parametrize("chunk", [0, 64], ids=["kernels", "stored"])
+def test_autograd_wiring_on_meta(ops, chunk):
     """Gradients reach the student's hidden states, weight and bias in their dtypes through the divergence;
     the entropy carries none, and the teacher's tensors get none (as TRL)."""
     xs, ws, _, xt, wt, _ = _bf16(200, "meta")
     xs, ws, xt, wt = (t.requires_grad_() for t in (xs, ws, xt, wt))
     bs = torch.zeros(384, dtype=torch.bfloat16, device="meta", requires_grad=True)
-    div, ent = ops.distillation_divergence(xs, ws, bs, xt, wt, None, beta=1.0)
+    div, ent = ops.distillation_divergence(xs, ws, bs, xt, wt, None, beta=1.0, chunk=chunk)
     assert div.requires_grad and not ent.requires_grad
     div.sum().backward()
     for t in (xs, ws, bs):
@@ -147,7 +160,26 @@ def test_lowers_to_the_three_kernels(ops):
 @pytest.mark.kernels_ci
 def test_in_build_namespace(ops, tokamax):
     checks.assert_in_build_namespace(tokamax, ops.distill_divergence_op, ops.distill_divergence_bwd_op,
-                                     ops.distill_divergence_bwd_x_op)
+                                     ops.distill_divergence_bwd_x_op, ops.distill_divergence_stored_op,
+                                     ops.distill_divergence_stored_bwd_op, ops.distill_divergence_stored_bwd_x_op)
+
+
+@pytest.mark.kernels_ci
+def test_the_chunk_is_the_packages_choice(ops):
+    """`divergence_chunk` (what a call without `chunk` takes) is `distill.stored.choose`'s on the emulated chip: the
+    kernels (0) at the tests' small sizes and below 256 rows, the stored scheme at TRL's shapes where Q fits an
+    eighth of the HBM (chunks of 1024 on the v6e's 32 GiB at 4,096 rows), the kernels where it does not."""
+    pick = checks.family(ops, "distill").stored_ops.divergence_chunk
+    tk = importlib.import_module(ops.__name__.rsplit(".", 1)[0])
+    s = tk.distill.setting(0.5)
+
+    def meta(rows: int, hidden: int) -> torch.Tensor:
+        return torch.zeros(rows, hidden, dtype=torch.bfloat16, device="meta")
+
+    assert pick(meta(200, 128), meta(200, 256), 384, s) == 0
+    assert pick(meta(100, 2048), meta(100, 4096), 151936, s) == 0
+    assert pick(meta(4096, 2048), meta(4096, 4096), 151936, s) == 1024
+    assert pick(meta(16384, 2048), meta(16384, 4096), 151936, s) == 0
 
 
 def _call(**changed):  # noqa: ANN003, ANN202
@@ -174,6 +206,8 @@ def _call(**changed):  # noqa: ANN003, ANN202
     (_call(beta=-0.1), ValueError, "beta must be a number in [0, 1], got -0.1"),
     (_call(temperature=0.0), ValueError, "temperature must be > 0, got 0.0"),
     (_call(student_soft_cap=-2.0), ValueError, "student_soft_cap must be > 0 or None, got -2.0"),
+    (_call(chunk=-1), ValueError, "chunk must be an int >= 0 (0: the kernels) or None, got -1"),
+    (_call(chunk=16.0), ValueError, "chunk must be an int >= 0 (0: the kernels) or None, got 16.0"),
 ])
 def test_bad_calls_fail_with_the_ops_own_message(ops, call, error, message):
     with pytest.raises(error, match=f"^tokamax {OP}: ") as info:

@@ -1,7 +1,8 @@
 """The LM head: the labels path's loss (`lm_head.fused.loss_and_grads`: gradients made in the forward) and
 TRL's statistics (`lm_head.statistics`), against XLA's plain formulation with float32 [rows, vocab] logits
 materialized (what transformers' loss and TRL's function compute); and distillation's divergence
-(`tokamax.distill.divergence`, the generalized JSD) against the same loss written plainly in XLA."""
+(`tokamax.distill.divergence`, the generalized JSD: the package's choice "tokamax", the stored scheme and the
+kernels forced) against the same loss written plainly in XLA."""
 
 from __future__ import annotations
 
@@ -116,8 +117,10 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
             yield Workload("lm_head_statistics", case, impl, "fwd+bwd",
                            lambda m=make, fn=fn: (with_grads(fn, (0, 1)), m()), 3 * flops)
 
-    def jsd(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array) -> jax.Array:
-        return tk.distill.divergence(xs, ws, None, xt, wt, None, beta=BETA)[0].sum()
+    def jsd(scheme: str):  # noqa: ANN202
+        def loss(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array) -> jax.Array:
+            return tk.distill.divergence(xs, ws, None, xt, wt, None, beta=BETA, scheme=scheme)[0].sum()
+        return loss
 
     def whole(fn):  # noqa: ANN001, ANN202 - fn traced, backward too, with the whole-block bodies
         def traced(*args: jax.Array) -> object:
@@ -136,7 +139,8 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
 
         fwd = 2 * d.rows * d.vocab * (d.student_hidden + d.teacher_hidden)
         bwd = 4 * d.rows * d.vocab * d.student_hidden  # dx and dw of the student (the logits counted once)
-        for impl, fn in (("tokamax", jsd), (WHOLE, jsd), ("xla", xla_jsd)):
+        for impl, fn in (("tokamax", jsd("auto")), ("tokamax (stored)", jsd("stored")),
+                         ("tokamax (kernels)", jsd("kernels")), (WHOLE, jsd("kernels")), ("xla", xla_jsd)):
             wrap = whole if impl == WHOLE else (lambda f: f)
             forward, both = wrap(fn), wrap(with_grads(fn, (0, 1)))
             yield Workload("distillation", case, impl, "fwd", lambda m=make, f=forward: (f, m()), fwd)

@@ -1,5 +1,6 @@
 """Our distillation kernels (`tokamax.distill.divergence`: one forward kernel, two backward) for one
-DistillationTrainer step at the issue's size: a student of hidden 2048 distilled from a teacher of
+DistillationTrainer step at the issue's size (the kernels forced: `auto` would take the stored scheme
+where its [tokens, vocabulary] residual fits the chip, v7x here): a student of hidden 2048 distilled from a teacher of
 hidden 4096 over Qwen's 151,936 vocabulary, 16,384 tokens, bf16, `jax.grad` in the student's hidden
 states and head of the summed divergence (the trainer's loss before its division). beta 0.5 (the
 generalized JSD: two forward sweeps) with both soft caps and a temperature is the default tier's case on
@@ -31,7 +32,7 @@ def step(kernel: Any, mesh: Any, beta: float, tokens: int, student: int, teacher
 
     def loss(xs: Any, ws: Any, xt: Any, wt: Any) -> Any:
         divergence, _ = kernel.distill.divergence(xs, ws, None, xt, wt, None, beta=beta, temperature=0.9,
-                                                  student_soft_cap=30.0, teacher_soft_cap=50.0)
+                                                  student_soft_cap=30.0, teacher_soft_cap=50.0, scheme="kernels")
         return jnp.sum(divergence)
 
     return jax.grad(loss, argnums=(0, 1)), specs

@@ -29,13 +29,16 @@ Modules:
 - `blocks`: block sizes and what they hold in VMEM (both models' blocks).
 - `cost`: each kernel's cost from its grid (the `pl.CostEstimate` it declares).
 - `kernels`: the forward (one or two sweeps over the vocabulary) and the two backward Pallas kernels.
-- `divergence`: checks (the operands, the VMEM fit), the call at any size, its VJP, and `divergence(...)`
-  (differentiable).
+- `stored`: the same in plain XLA, four matmuls as the loss written plainly: a forward over chunks of rows
+  that keeps the gradient's basis Q [rows, vocab] in the student's dtype, a backward of two matmuls from it;
+  `stored.choose`, the rule that takes it where Q fits an eighth of the chip's HBM.
+- `divergence`: checks (the operands, the VMEM fit), the call at any size by either scheme (`scheme`:
+  "auto", "kernels", "stored"), its VJP, and `divergence(...)` (differentiable).
 """
 
-from . import blocks, cost
-from .divergence import Forward, backward, check, check_vmem, divergence, forward, per_token, setting
+from . import blocks, cost, stored
+from .divergence import SCHEMES, Forward, backward, check, check_vmem, chunk_of, divergence, forward, per_token, setting
 from .kernels import KINDS, OUTPUTS, Setting
 
-__all__ = ["KINDS", "OUTPUTS", "Forward", "Setting", "backward", "blocks", "check", "check_vmem", "cost", "divergence",
-           "forward", "per_token", "setting"]
+__all__ = ["KINDS", "OUTPUTS", "SCHEMES", "Forward", "Setting", "backward", "blocks", "check", "check_vmem", "chunk_of",
+           "cost", "divergence", "forward", "per_token", "setting", "stored"]

@@ -12,6 +12,9 @@ block. Reads are of whole blocks (an overhanging last block is read whole). Flop
 Transcendentals per logit pair: the first sweep two exps (one per model), the second four (p_s, p_t
 and the mixture's log-add-exp), the backward two (p_s, p_t) and two more for the mixture; a tanh per
 capped model wherever its logits are made.
+
+`stored`: the stored scheme's (`distill.stored`: plain XLA, no grid) forward and backward together, its
+roofline and its temporaries.
 """
 
 from __future__ import annotations
@@ -21,11 +24,15 @@ import dataclasses
 from jax.experimental import pallas as pl
 
 from .. import roofline
+from ..lm_head.blocks import round_up
 from .blocks import Blocks, Sizes
 
 F32 = 4
 FORWARD_OUTPUTS = 5  # divergence, entropy, both log-sum-exps, the backward's auxiliary sum
 BACKWARD_VECTORS = 6  # both log-sum-exps, the auxiliary sum, the entropy, the two cotangents
+STORED_LOGITS = 2
+"""[chunk, vocab] float32 arrays the stored scheme's chunk holds: both models' logits (XLA fuses what is made from
+them into the reductions and Q's write)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,3 +117,44 @@ def costs(sizes: Sizes, blocks: Blocks | dict[str, Blocks], *, beta: float, soft
     return {"forward": forward(sizes, by["forward"], sweeps=1 + mixture, soft_caps=soft_caps),
             "backward_x": backward_x(sizes, by["backward_x"], mixture=mixture, soft_caps=soft_caps),
             "backward_w": backward_w(sizes, by["backward_w"], mixture=mixture, soft_caps=soft_caps)}
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredCost:
+    """The stored scheme's cost over a forward and backward (XLA's ops: no grid steps)."""
+
+    chunk: int
+    flops: int
+    bytes_accessed: int
+    temp_bytes: int
+
+    def seconds(self, on: roofline.Chip) -> float:
+        return roofline.seconds(self.flops, self.bytes_accessed, 0, on)
+
+
+def stored(sizes: Sizes, chunk: int, *, weight_grad: bool = True, bias_grad: bool = False,
+           backward: bool = True) -> StoredCost:
+    """The stored scheme in chunks of `chunk` rows (the rows padded to a multiple). Flops: both models' logits,
+    then dx = g (Q @ w_s) and dw = Q.T @ (g x_s) (dw's not for a frozen head; none without `backward`, a forward
+    alone). Bytes: per chunk both weights and biases read, the chunk's hidden states read, both models' float32
+    logits written and read once, the five per-row vectors written; Q written in the student's dtype where there is
+    a backward (a forward alone does not make it: XLA drops it); the backward reads Q and w_s and writes dx, reads
+    Q and x_s and writes dw (and reads Q for db with `bias_grad`). Temporaries: Q, the per-row vectors, one chunk's
+    `STORED_LOGITS` float32 logits."""
+    rows = round_up(sizes.rows, chunk)
+    chunks = rows // chunk
+    hs, ht = sizes.student_hidden * sizes.student_itemsize, sizes.teacher_hidden * sizes.teacher_itemsize
+    q = rows * sizes.vocab * sizes.student_itemsize
+    logits = STORED_LOGITS * chunk * sizes.vocab * F32
+    moved = chunks * (sizes.vocab * (hs + ht + 2 * F32) + 2 * logits) + rows * (hs + ht) \
+        + FORWARD_OUTPUTS * rows * F32
+    flops = _logit_flops(rows, sizes.vocab, sizes)
+    if backward:
+        moved += 2 * q + sizes.vocab * hs + rows * hs  # Q written by the forward, read for dx
+        flops += 2 * rows * sizes.vocab * sizes.student_hidden
+        if weight_grad:
+            moved += q + rows * hs + sizes.vocab * hs
+            flops += 2 * rows * sizes.vocab * sizes.student_hidden
+        if bias_grad:
+            moved += q + sizes.vocab * F32
+    return StoredCost(chunk, flops, moved, q + FORWARD_OUTPUTS * rows * F32 + logits)

@@ -3,8 +3,12 @@ being traced for, the backward's per-row vectors, and a call differentiable in t
 
 `per_token(xs, ws, bs, xt, wt, bt, setting)` gives (divergence, entropy), float32 [rows] each, for
 x_s [rows, hidden_s], w_s [vocab, hidden_s] (nn.Linear's layout) and the teacher's x_t [rows,
-hidden_t], w_t [vocab, hidden_t]; biases float32 [vocab] or None. Neither operand is padded or
-copied (`kernels`: the last blocks overhang and are masked).
+hidden_t], w_t [vocab, hidden_t]; biases float32 [vocab] or None. Two schemes (`SCHEMES`, the `scheme`
+argument): "kernels", our Pallas kernels, neither operand padded or copied (`kernels`: the last blocks overhang
+and are masked), no [rows, vocab] array anywhere; "stored", plain XLA in chunks of rows with the gradient's
+[rows, vocab] basis Q kept from the forward (`stored`: four matmuls, as the loss written plainly); "auto"
+(the default), `stored.choose`'s rule on the chip being traced for: the stored scheme where its temporaries
+fit an eighth of the chip's HBM, else the kernels.
 """
 
 from __future__ import annotations
@@ -16,15 +20,18 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 from jax.experimental.pallas import tpu as pltpu
 
+from .. import roofline
 from ..lm_head.blocks import LANES
 from ..lm_head.transform import LogitTransform
-from . import kernels
+from . import kernels, stored
 from .blocks import Blocks, choose
 from .kernels import Setting
 
 DTYPES = ("bfloat16", "float32")
+SCHEMES = ("auto", "kernels", "stored")
 
 
 class Forward(NamedTuple):
@@ -130,13 +137,30 @@ def backward(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, 
     return dx, dw, db[0]
 
 
+def chunk_of(scheme: str, xs: jax.Array, xt: jax.Array, vocab: int, setting: Setting | None = None) -> int | None:
+    """The stored scheme's chunk rows for `scheme` (`SCHEMES`), or None for the kernels: "auto" by
+    `stored.choose` on the chip being traced for; "stored" its chunk, or its smallest where it would not."""
+    if not isinstance(scheme, str) or scheme not in SCHEMES:
+        raise ValueError(f"tokamax distill: scheme must be one of {', '.join(map(repr, SCHEMES))}, got {scheme!r}")
+    if scheme == "kernels":
+        return None
+    chunk = stored.choose(kernels.sizes_of(xs, xt, vocab), roofline.chip(), setting)
+    if scheme == "auto" or chunk is not None:
+        return chunk
+    return stored.chunk_for(xs.shape[0], stored.CHUNKS[-1])
+
+
 def per_token(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array, bt: jax.Array | None,
-              setting: Setting) -> tuple[jax.Array, jax.Array]:
+              setting: Setting, scheme: str = "auto") -> tuple[jax.Array, jax.Array]:
     """(divergence, the student's entropy), float32 [rows] each; differentiable in x_s, w_s and b_s (the
-    teacher's operands get zero cotangents, which XLA drops where they are not used)."""
+    teacher's operands get zero cotangents, which XLA drops where they are not used). `scheme`: `SCHEMES`
+    (the module docstring)."""
     check(xs, ws, bs, xt, wt, bt)
     vocab = ws.shape[0]
-    return _per_token(xs, ws, _bias(bs, vocab)[0], xt, wt, _bias(bt, vocab)[0], setting)
+    chunk = chunk_of(scheme, xs, xt, vocab, setting)
+    if chunk is None:
+        return _per_token(xs, ws, _bias(bs, vocab)[0], xt, wt, _bias(bt, vocab)[0], setting)
+    return _stored(xs, ws, _bias(bs, vocab)[0], xt, wt, _bias(bt, vocab)[0], setting, chunk)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
@@ -152,22 +176,61 @@ def _per_token_fwd(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, w
     return (out.divergence, out.entropy), (xs, ws, bs, xt, wt, bt, out)
 
 
+def _teacher_zeros(xt: jax.Array, wt: jax.Array, bt: jax.Array) -> tuple:
+    return jnp.zeros_like(xt), jnp.zeros_like(wt), jnp.zeros_like(bt)
+
+
 def _per_token_bwd(setting: Setting, residuals: tuple, cotangents: tuple[jax.Array, jax.Array]) -> tuple:
     xs, ws, bs, xt, wt, bt, saved = residuals
     dx, dw, db = backward(xs, ws, bs, xt, wt, bt, setting, saved, *cotangents)
-    return dx, dw, db.astype(bs.dtype), jnp.zeros_like(xt), jnp.zeros_like(wt), jnp.zeros_like(bt)
+    return dx, dw, db.astype(bs.dtype), *_teacher_zeros(xt, wt, bt)
 
 
 _per_token.defvjp(_per_token_fwd, _per_token_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
+def _stored(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.Array, bt: jax.Array,
+            setting: Setting, chunk: int) -> tuple[jax.Array, jax.Array]:
+    vectors, _ = stored.forward(xs, ws, bs, xt, wt, bt, setting, chunk)
+    return vectors[0], vectors[1]
+
+
+def _stored_fwd(*primals: Any) -> tuple[tuple[jax.Array, jax.Array], tuple]:
+    """Symbolic zeros: the primals come as `CustomVJPPrimal`s (the setting and chunk as they are)."""
+    xs, ws, bs, xt, wt, bt = (p.value for p in primals[:6])
+    setting, chunk = primals[6:]
+    vectors, q = stored.forward(xs, ws, bs, xt, wt, bt, setting, chunk)
+    return (vectors[0], vectors[1]), (xs, ws, bs, xt, wt, bt, Forward(*vectors), q)
+
+
+def _stored_bwd(setting: Setting, chunk: int, residuals: tuple, cotangents: tuple) -> tuple:
+    """The divergence's cotangent alone (TRL's case): `stored.backward` from Q. With an entropy cotangent, whose
+    gradient Q does not hold: the kernels' backward for both (one rounding of the whole gradient, as the
+    kernels'), Q unread."""
+    xs, ws, bs, xt, wt, bt, saved, q = residuals
+    d_div, d_ent = (None if isinstance(c, SymbolicZero) else c for c in cotangents)
+    if d_ent is not None:
+        d_div = jnp.zeros_like(saved.divergence) if d_div is None else d_div
+        dx, dw, db = backward(xs, ws, bs, xt, wt, bt, setting, saved, d_div, d_ent)
+    elif d_div is not None:
+        dx, dw, db = stored.backward(xs, ws, q, d_div)
+    else:
+        dx, dw, db = jnp.zeros_like(xs), jnp.zeros_like(ws), jnp.zeros_like(bs)
+    return dx, dw, db.astype(bs.dtype), *_teacher_zeros(xt, wt, bt)
+
+
+_stored.defvjp(_stored_fwd, _stored_bwd, symbolic_zeros=True)
 
 
 def divergence(student_hidden: jax.Array, student_weight: jax.Array, student_bias: jax.Array | None,
                teacher_hidden: jax.Array, teacher_weight: jax.Array, teacher_bias: jax.Array | None, *,
                beta: float, temperature: float = 1.0, student_scale: float = 1.0,
                student_soft_cap: float | None = None, teacher_scale: float = 1.0,
-               teacher_soft_cap: float | None = None) -> tuple[jax.Array, jax.Array]:
+               teacher_soft_cap: float | None = None, scheme: str = "auto") -> tuple[jax.Array, jax.Array]:
     """TRL's `ChunkedDivergenceFunction` in JAX: per token (divergence, the student's entropy), float32
     [rows] each, differentiable in the student's hidden states, weight and bias (the package docstring
-    has the math)."""
+    has the math); `scheme` "auto", "kernels" or "stored" (the module docstring)."""
     return per_token(student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias,
-                     setting(beta, temperature, student_scale, student_soft_cap, teacher_scale, teacher_soft_cap))
+                     setting(beta, temperature, student_scale, student_soft_cap, teacher_scale, teacher_soft_cap),
+                     scheme)
