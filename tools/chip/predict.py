@@ -53,7 +53,8 @@ def tiles_of(commit: str) -> str:
 def v5e(tk: ModuleType) -> Any:
     """The measured v5e as the package weighs it (libtpu's figures for the rest)."""
     peak, bandwidth = tk.roofline.MEASURED["TPU v5 lite"]
-    return tk.roofline.Chip("v5e", peak, bandwidth, mxu=128, vmem=128 << 20, hbm=16 << 30, generation=5)
+    return tk.roofline.Chip("v5e", peak, bandwidth, mxu=128, vmem=128 << 20, hbm=16 << 30, generation=5,
+                            kind="TPU v5 lite")
 
 
 def _shape(case: str, shapes: tuple) -> Any:
