@@ -61,7 +61,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/chip"))
     parser.add_argument("--commit", default=os.environ.get("TOKAMAX_COMMIT", "unknown"))
     parser.add_argument("--only", default="", help="bench: comma-separated workload modules (attention,moe,lm_head); "
-                        "check: families (models and the JAX tier's case families: check.families())")
+                        "check: families (models and the JAX tier's case families: check.families()); "
+                        "tune: expert shapes (models.EXPERTS' model names)")
     parser.add_argument("--impl", default="", help="bench: only the workloads of these impls (comma-separated, "
                         "e.g. tokamax,xla: the package's own choice beside XLA's)")
     parser.add_argument("--jobs", type=int, default=6, help="compiles at a time")
@@ -100,7 +101,8 @@ def main(argv: list[str]) -> int:
     if args.what == "tune":
         from . import tune
 
-        status |= tune.main(tk, args.out / "tuning.json", args.max_configs or tune.MAX_CONFIGS)
+        only = {n for n in args.only.split(",") if n} or None
+        status |= tune.main(tk, args.out / "tuning.json", args.max_configs or tune.MAX_CONFIGS, only)
     if args.what == "sweep":
         from . import sweep
         from .run import run

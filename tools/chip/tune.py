@@ -22,8 +22,11 @@ MAX_CONFIGS = 12
 tiles that fit the scoped VMEM first (`tuning.tune._ranked`), and the heuristic's choice among them."""
 
 
-def calls(tk: ModuleType) -> Iterator[tuple[str, Callable[..., Any], tuple]]:
+def calls(tk: ModuleType, only: set[str] | None = None) -> Iterator[tuple[str, Callable[..., Any], tuple]]:
+    """The expert shapes' calls (`only`: the models named, by `models.EXPERTS`' model names)."""
     for s in EXPERTS:
+        if only and s.model not in only:
+            continue
         args = (jax.ShapeDtypeStruct((s.rows, s.hidden), jnp.bfloat16),
                 jax.ShapeDtypeStruct((s.experts, s.hidden, s.out), jnp.bfloat16),
                 jax.ShapeDtypeStruct((s.experts,), jnp.int32))
@@ -31,9 +34,11 @@ def calls(tk: ModuleType) -> Iterator[tuple[str, Callable[..., Any], tuple]]:
             with_grads(summed(tk.ops.ragged_dot), (0, 1)), args
 
 
-def main(tk: ModuleType, out: Path, max_configs: int = MAX_CONFIGS) -> int:
+def main(tk: ModuleType, out: Path, max_configs: int = MAX_CONFIGS, only: set[str] | None = None) -> int:
+    if only and (unknown := only - {s.model for s in EXPERTS}):
+        raise ValueError(f"tools.chip tune: no expert shape {sorted(unknown)}; one of {[s.model for s in EXPERTS]}")
     start = time.perf_counter()
-    tuned = tk.tuning.tune_functions(list(calls(tk)), out=out, max_configs=max_configs, progress_bar=False)
+    tuned = tk.tuning.tune_functions(list(calls(tk, only)), out=out, max_configs=max_configs, progress_bar=False)
     print(f"tune: {tuned.calls} calls, entries {tuned.entries}, {time.perf_counter() - start:.0f} s -> {out}",
           flush=True)
     for s in tuned.skipped:

@@ -5,6 +5,7 @@ timings mean nothing; the machinery is what is checked)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import jax
@@ -54,3 +55,16 @@ def test_the_grouped_matmuls_candidates_are_the_roofline_fastest_and_the_heurist
             assert len(data) <= MAX_CONFIGS and heuristic in timed, (key, timed)
             assert timed - {heuristic} == set(ranked[:len(timed) - 1]), (key, timed, ranked[:4])
             assert all(c.input_buffer_count == measured.BUFFERS for c in data), key
+
+
+@pytest.mark.kernels_ci
+def test_the_grouped_matmuls_candidates_add_column_tiles_that_divide_each_dimension(kernel):
+    """gpt-oss-20b's gmm: n = 5,760 = 45 x 128, which no power of two divides past 128; the tiles of whole lanes
+    that divide it (384, 640, 1152, 1920) join upstream's, the contraction's 2,880 (not a multiple of 128) none."""
+    tiles, measured = kernel.moe.tiles, kernel.moe.measured
+    key = measured.Key("gmm", 16384, 2880, 5760, 32, 2)
+    tune = importlib.import_module(f"{kernel.__name__}.tuning.tune")  # `tuning.tune` is the function
+    added = tune._dividing([tiles.Tiles(128, 2880, 1024), tiles.Tiles(256, 1024, 2048)], key)
+    assert {t.tn for t in added} == {128, 384, 640, 1152, 1920}
+    assert {t.tk for t in added} == {2880, 1024}  # only the tiles' own: nothing of whole lanes divides 2,880
+    assert tiles.Tiles(128, 2880, 1152) in added and all(5760 % t.tn == 0 for t in added if t.tn != 2048)

@@ -113,3 +113,30 @@ def test_with_the_measured_tiles_the_v5e_ran_every_shape_at_least_as_fast_as_wit
                                         for s in EXPERTS for p in ("fwd", "fwd+bwd")}
     slower = {k: round(chosen[k] / rule[k], 3) for k in chosen if chosen[k] > 1.03 * rule[k]}
     assert not slower, slower
+
+
+@pytest.mark.kernels_ci
+def test_where_two_files_hold_a_call_the_faster_entry_answers(kernel, measured, tmp_path, monkeypatch):
+    """A later tune of some shapes (`tools.chip tune --only`, with more candidates) ships beside the first file:
+    each call takes the faster of the two entries, in either file order."""
+    shipped = json.loads((measured.FILES / "v5e.json").read_text())
+    call, timings = shipped["data"][0]
+    config = json.loads(next(iter(timings)))
+    faster = json.dumps(config | {"tile_m": 128, "tile_n": 256})
+    slower = json.dumps(config | {"tile_m": 128, "tile_n": 128})
+    entry = next(iter(timings.values()))
+    for name, cfg, ms in (("a-faster.json", faster, 0.5), ("z-slower.json", slower, 1e3)):
+        one = entry | {"evaluation_times_ms": [ms] * len(entry["evaluation_times_ms"])}
+        (tmp_path / name).write_text(json.dumps(shipped | {"data": [[call, {cfg: one}]]}))
+    (tmp_path / "v5e.json").write_text(json.dumps(shipped))
+    monkeypatch.setattr(measured, "FILES", tmp_path)
+    measured.forget()
+    try:
+        found = measured.table("TPU v5 lite")
+        s = EXPERTS[0]  # the shipped file's first call: Mixtral's forward
+        m = found[_key(measured, "gmm", s)]
+        assert m.tiles == (128, config["tile_k"], 256) and m.source == "a-faster.json", m
+        assert len(found) == len(measured.read(measured.FILES / "v5e.json")[1])
+    finally:
+        monkeypatch.undo()
+        measured.forget()
