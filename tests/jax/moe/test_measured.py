@@ -1,5 +1,6 @@
-"""The grouped matmul's tiles the v5e measured (`tokamax.moe.measured`: torch-ext/tokamax/moe/measured/v5e.json,
-made on the chip by `python3 -m tools.chip tune`, i.e. `tokamax.tuning.tune_functions`): shipped whole, read by
+"""The grouped matmul's tiles the v5e measured (`tokamax.moe.measured`: torch-ext/tokamax/moe/measured/v5e.json and
+v5e-gpt-oss-20b.json, made on the chip by `python3 -m tools.chip tune`, i.e. `tokamax.tuning.tune_functions`;
+the second with tiles that divide gpt-oss-20b's dimensions, `--only gpt-oss-20b`): shipped whole, read by
 default on that chip before the rule, through upstream's public op, and what the benchmark with them measured."""
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ def test_the_shipped_file_holds_every_benchmark_call_with_tiles_that_fit(kernel,
     for key, found in table.items():
         t = tiles.Tiles(*found.tiles)
         assert tiles.fits(key.kernel, t, v5e) and tiles._legal(t, key.m, key.k, key.n), (key, t)
-        assert 0 < found.seconds < 0.1 and found.source == "v5e.json", (key, found)
+        # gpt-oss-20b tuned again with tiles that divide its dimensions (`tools.chip tune --only`), the faster kept
+        second = key.k == 2880 and found.source == "v5e-gpt-oss-20b.json"
+        assert 0 < found.seconds < 0.1 and (found.source == "v5e.json" or second), (key, found)
 
 
 @pytest.mark.kernels_ci
