@@ -1,8 +1,8 @@
 """The package's cost models against what the chip measured: for each benchmark record of a kernel that has
 a model (the grouped matmul's tiles, the LM head's kernels and chunked scheme, distillation's kernels and stored
 scheme), the seconds `tokamax.roofline` predicts on the measured chip with its calibrated figures, the way the
-package itself chooses (the tiles and blocks it would pick at that shape). Splash has no cost model here (upstream's
-kernel and blocks): its records have no prediction."""
+package itself chooses (the tiles and blocks it would pick at that shape). Splash attention ("tokamax": upstream's
+kernel at upstream's blocks) by `splash.cost`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import re
 from types import ModuleType
 from typing import Any
 
-from .models import DISTILL, EXPERTS, HEADS
+from .models import ATTENTION, DISTILL, EXPERTS, HEADS
 
 BEFORE_TILES = (128, 128, 128)  # upstream's default tiles, what the grouped matmul ran before the rule
 TILES = {"a9c94e4": "before", "9410969": "rule"}
@@ -115,6 +115,16 @@ def _distill(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
     return sum(costs[n].seconds(chip) for n in names)
 
 
+def _attention(tk: ModuleType, r: dict, chip: Any) -> float | None:
+    """`splash.cost` of a causal self-attention record (one sequence, the case's heads and tokens)."""
+    a = _shape(r["case"], tuple(ATTENTION.values()))
+    tokens = re.search(r"(\d+) tokens, causal", r["case"])
+    if a is None or tokens is None or r["impl"] != "tokamax":
+        return None
+    return tk.splash.cost.seconds(a.heads, a.kv_heads, int(tokens[1]), a.head_dim, chip,
+                                  backward_pass=r["pass"] != "fwd")
+
+
 def predicted(tk: ModuleType, r: dict, *, commit: str) -> float | None:
     """The cost model's seconds for record `r` (a tokamax record of a modelled kernel, from the run at `commit`),
     else None (and for the records of `RAN_OTHERWISE`)."""
@@ -129,4 +139,6 @@ def predicted(tk: ModuleType, r: dict, *, commit: str) -> float | None:
         return _head(tk, r, chip, commit)
     if r["op"] == "distillation" and r["impl"] in DISTILL_IMPLS:
         return _distill(tk, r, chip, commit)
+    if r["op"] == "attention":
+        return _attention(tk, r, chip)
     return None
