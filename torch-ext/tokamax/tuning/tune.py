@@ -240,8 +240,8 @@ def _candidates(ba: Any, limit: int | None) -> set[Any]:
     configs = ba.autotuning_configs
     if limit is None or len(configs) <= limit:
         return configs
-    heuristic = ba.heuristics_config
-    return {heuristic, *_ranked(ba, [c for c in configs if c != heuristic])[:limit - 1]}
+    heuristic = ba.heuristics_config  # `_ranked` may add the heuristic's tiles back (`_dividing`): timed once
+    return {heuristic, *[c for c in _ranked(ba, [c for c in configs if c != heuristic]) if c != heuristic][:limit - 1]}
 
 
 def _ranked(ba: Any, configs: list[Any]) -> list[Any]:
