@@ -105,7 +105,7 @@ def blocks_for(xs: jax.Array, xt: jax.Array, vocab: int, kernel: str) -> Blocks:
 
 
 def _bias(b: jax.Array | None, vocab: int) -> jax.Array:
-    return (jnp.zeros((vocab,), jnp.float32) if b is None else b.astype(jnp.float32))[None]
+    return stored.bias(b, vocab)[None]  # the kernels take it as one [1, vocab] row
 
 
 def forward(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array, bt: jax.Array | None,

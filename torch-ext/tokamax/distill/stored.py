@@ -49,7 +49,12 @@ MIN_ROWS = 256
 """Fewer rows than one smallest chunk: the kernels (they read each weight about as often, hold no [rows, vocab]
 residual, and the padding of a chunk would be most of it)."""
 
-__all__ = ["CHUNKS", "HBM_SHARE", "MIN_ROWS", "backward", "choose", "chunk_for", "forward"]
+__all__ = ["CHUNKS", "HBM_SHARE", "MIN_ROWS", "backward", "bias", "choose", "chunk_for", "forward"]
+
+
+def bias(b: jax.Array | None, vocab: int) -> jax.Array:
+    """A model's bias as the schemes take it: float32 [vocab], zeros where the head has none."""
+    return jnp.zeros((vocab,), jnp.float32) if b is None else b.astype(jnp.float32)
 
 
 def chunk_for(rows: int, chunk: int) -> int:

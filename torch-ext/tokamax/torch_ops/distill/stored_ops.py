@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import torch
 
 from ... import distill, roofline
@@ -27,10 +26,6 @@ __all__ = ["distill_divergence_stored_bwd_op", "distill_divergence_stored_bwd_x_
            "divergence_chunk"]
 
 
-def _bias(b: jax.Array | None, vocab: int) -> jax.Array:
-    return jnp.zeros((vocab,), jnp.float32) if b is None else b.astype(jnp.float32)
-
-
 @chip_for_tracing()
 def _stored_forward_jax(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array,
                         bt: jax.Array | None, beta: float, s_pre: float, s_tanh: bool, s_post: float, t_pre: float,
@@ -38,7 +33,8 @@ def _stored_forward_jax(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: 
     distill.check(xs, ws, bs, xt, wt, bt)
     setting = _setting(beta, s_pre, s_tanh, s_post, t_pre, t_tanh, t_post)
     vocab = ws.shape[0]
-    vectors, q = distill.stored.forward(xs, ws, _bias(bs, vocab), xt, wt, _bias(bt, vocab), setting, chunk)
+    vectors, q = distill.stored.forward(xs, ws, distill.stored.bias(bs, vocab), xt, wt,
+                                         distill.stored.bias(bt, vocab), setting, chunk)
     return vectors[0], vectors[1], q
 
 
