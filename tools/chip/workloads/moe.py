@@ -1,19 +1,38 @@
 """Grouped matmul (MoE experts), fwd and fwd+bwd: `tokamax.ops.ragged_dot` (upstream's public op: its
-tuned table, else the package's tile choice) against `jax.lax.ragged_dot` (XLA)."""
+tuned table, else the package's tile choice) against `jax.lax.ragged_dot` (XLA), and the same op with the
+weights fetched one grid step ahead as upstream releases its kernel (`UPSTREAM_FETCH`: the port's lookahead
+off), so that one run shows what the lookahead is worth."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import importlib
+from collections.abc import Callable, Iterator
 from types import ModuleType
+from typing import Any
 
 import jax
 
 from ..models import EXPERTS
 from . import Workload, group_sizes, normal, summed, with_grads
 
+UPSTREAM_FETCH = "tokamax (weights one step ahead)"
+
+
+def _traced_within(context: Callable[[], contextlib.AbstractContextManager], fn: Callable[..., Any]
+                   ) -> Callable[..., Any]:
+    """fn, traced within `context` (the Op reads the port's hook when it is traced)."""
+    def run(*args: Any) -> Any:
+        with context():
+            return fn(*args)
+    return run
+
 
 def workloads(tk: ModuleType) -> Iterator[Workload]:
-    impls = {"tokamax": tk.ops.ragged_dot, "xla": jax.lax.ragged_dot}
+    hook = importlib.import_module(tk.ops.tpu.RaggedDot.__module__.rsplit(".", 1)[0] + ".tiles_hook")
+    impls = {"tokamax": (tk.ops.ragged_dot, contextlib.nullcontext),
+             UPSTREAM_FETCH: (tk.ops.ragged_dot, hook.weights_one_step_ahead),
+             "xla": (jax.lax.ragged_dot, contextlib.nullcontext)}
     for shape in EXPERTS:
         def make_args(shape=shape) -> tuple:  # noqa: ANN001
             return (normal(1, (shape.rows, shape.hidden)),
@@ -22,7 +41,8 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
 
         flops = 2 * shape.rows * shape.hidden * shape.out
         case = f"{shape.model}: {shape.rows} x {shape.hidden} -> {shape.out}, {shape.experts} experts"
-        for impl, fn in impls.items():
-            yield Workload("grouped_matmul", case, impl, "fwd", lambda fn=fn, m=make_args: (fn, m()), flops)
-            yield Workload("grouped_matmul", case, impl, "fwd+bwd",
-                           lambda fn=fn, m=make_args: (with_grads(summed(fn), (0, 1)), m()), 3 * flops)
+        for impl, (fn, context) in impls.items():
+            fwd = _traced_within(context, fn)
+            both = _traced_within(context, with_grads(summed(fn), (0, 1)))
+            yield Workload("grouped_matmul", case, impl, "fwd", lambda f=fwd, m=make_args: (f, m()), flops)
+            yield Workload("grouped_matmul", case, impl, "fwd+bwd", lambda f=both, m=make_args: (f, m()), 3 * flops)

@@ -6,6 +6,10 @@ own heuristic, but for a tgmm whose tiles would not fit the scoped VMEM (`fitted
 
 `upstream_heuristics()` restores upstream's choice within a block: what the identity checks against
 upstream 0.0.17 compare under.
+
+`rhs_lookahead()`: whether gmm fetches the next group's weights block as soon as a buffer is free (port.kdl
+adds the switch to upstream's kernel), rather than one grid step ahead as released; off within
+`upstream_heuristics()` and `weights_one_step_ahead()` (what the chip benchmark compares against).
 """
 
 from __future__ import annotations
@@ -29,6 +33,25 @@ def upstream_heuristics() -> Iterator[None]:
         yield
     finally:
         _UPSTREAM.reset(reset)
+
+
+_ONE_STEP = contextvars.ContextVar("tokamax_gmm_weights_one_step_ahead", default=False)
+
+
+@contextlib.contextmanager
+def weights_one_step_ahead() -> Iterator[None]:
+    """Within the block, gmm fetches a group's weights one grid step ahead, as upstream releases it."""
+    reset = _ONE_STEP.set(True)
+    try:
+        yield
+    finally:
+        _ONE_STEP.reset(reset)
+
+
+def rhs_lookahead() -> bool:
+    """Whether the gmm being traced fetches its weights with lookahead (read by the Op at each call, passed to
+    the kernel as a static argument, so a jitted caller's cache keeps the two apart)."""
+    return not (_UPSTREAM.get() or _ONE_STEP.get())
 
 
 _WARNED: list[str] = []
