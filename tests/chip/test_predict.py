@@ -60,7 +60,8 @@ def test_the_models_first_among_the_timed_tiles_ran_within_10_percent_of_the_fas
     tiles, (m, k, n, g), times = kernel.moe.tiles, CALLS[i][1], CALLS[i][2]
     on = kernel.roofline.Chip("v5e", *kernel.roofline.MEASURED["TPU v5 lite"], mxu=128, vmem=128 << 20,
                               hbm=16 << 30, generation=5, kind="TPU v5 lite")
-    ranked = tiles.rank(CALLS[i][0], m, k, n, g, [tiles.Tiles(*t) for t in times], on)
+    # the tune file was timed before gmm fetched its weights with lookahead: ranked as it ran
+    ranked = tiles.rank(CALLS[i][0], m, k, n, g, [tiles.Tiles(*t) for t in times], on, lookahead=False)
     assert ranked, times
     first = tuple(ranked[0])
     assert times[first] <= 1.10 * min(times.values()), (first, times[first], min(times, key=times.get))
@@ -82,7 +83,8 @@ def test_the_models_first_among_the_swept_tiles_ran_within_6_percent_of_the_fast
     slow = {}
     for (model, name), by in times.items():
         s = SHAPES[model]
-        first = min(by, key=lambda t: tiles.seconds(name, s.rows, s.hidden, s.out, s.experts, t, on))
+        first = min(by, key=lambda t: tiles.seconds(name, s.rows, s.hidden, s.out, s.experts, t, on,
+                                                    lookahead=False))  # swept one step ahead
         if by[first] > 1.06 * min(by.values()):
             slow[(model, name)] = (first, round(by[first] / min(by.values()), 3))
     assert len(times) == 9 and not slow, slow

@@ -23,6 +23,9 @@ RULE_TILES = {  # what the rule chose in the run at 9410969 (before its model co
     "gpt-oss-20b": ((256, 1024, 2048), (256, 1024, 2048), (256, 1024, 1024)),
     "DeepSeek-V3, one chip's 8 experts": ((512, 1024, 1024), (512, 1024, 1024), (256, 1024, 1024)),
 }
+ONE_STEP_AHEAD = ("a9c94e4", "8b33815", "9410969", "989b156")
+"""Runs before gmm fetched its weights with lookahead (port.kdl): their grouped matmul fetched a group's weights one
+grid step ahead, as the impl "tokamax (weights one step ahead)" still does (tools/chip/workloads/moe.py)."""
 RAN_OTHERWISE = {
     ("bf5a22b", "lm_head_loss", "tokamax"): "the kernels' bodies looped over 256 columns (now 1024)",
     ("bf5a22b", "lm_head_loss", "tokamax (kernels)"): "the kernels' bodies looped over 256 columns (now 1024)",
@@ -61,7 +64,7 @@ def _shape(case: str, shapes: tuple) -> Any:
     return next((s for s in shapes if case.startswith(s.model)), None)
 
 
-def _grouped(tk: ModuleType, r: dict, chip: Any, which: str) -> float | None:
+def _grouped(tk: ModuleType, r: dict, chip: Any, which: str, lookahead: bool) -> float | None:
     s = _shape(r["case"], EXPERTS)
     tiles = tk.moe.tiles
     kernels = ("gmm",) if r["pass"] == "fwd" else ("gmm", "dlhs", "tgmm")
@@ -76,7 +79,7 @@ def _grouped(tk: ModuleType, r: dict, chip: Any, which: str) -> float | None:
             t = tiles.Tiles(*found.tiles)
         else:
             t = tiles.choose(k, s.rows, s.hidden, s.out, s.experts, chip)
-        total += tiles.seconds(k, s.rows, s.hidden, s.out, s.experts, t, chip)
+        total += tiles.seconds(k, s.rows, s.hidden, s.out, s.experts, t, chip, lookahead=lookahead)
     return total
 
 
@@ -134,7 +137,8 @@ def predicted(tk: ModuleType, r: dict, *, commit: str) -> float | None:
         return None
     chip = v5e(tk)
     if r["op"] == "grouped_matmul":
-        return _grouped(tk, r, chip, tiles_of(commit))
+        lookahead = commit[:7] not in ONE_STEP_AHEAD and r["impl"] == "tokamax"
+        return _grouped(tk, r, chip, tiles_of(commit), lookahead)
     if r["op"] == "lm_head_loss":
         return _head(tk, r, chip, commit)
     if r["op"] == "distillation" and r["impl"] in DISTILL_IMPLS:

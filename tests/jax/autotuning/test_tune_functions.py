@@ -44,17 +44,23 @@ def test_the_forward_and_both_backward_calls_are_tuned_into_one_file(kernel, tun
 def test_the_grouped_matmuls_candidates_are_the_roofline_fastest_and_the_heuristic(kernel, tuned, emulation):
     result, _ = tuned
     tiles, measured = kernel.moe.tiles, kernel.moe.measured
+    tune = importlib.import_module(f"{kernel.__name__}.tuning.tune")  # `tuning.tune` is the function
     with emulation.emulated_chip("v5e"):
         on = kernel.roofline.chip()
         for ba, data in result.result.data:
             key = measured.key_of(ba)
-            timed = {tiles.Tiles(c.tile_m, c.tile_k, c.tile_n) for c in data}
+            timed = {(tiles.Tiles(c.tile_m, c.tile_k, c.tile_n), c.input_buffer_count) for c in data}
             heuristic = tiles.for_call(key.kernel, key.m, key.k, key.n, key.groups, key.itemsize)
             space = {tiles.Tiles(c.tile_m, c.tile_k, c.tile_n) for c in ba.autotuning_configs}
-            ranked = [t for t in tiles.rank(key.kernel, M, K, N, G, sorted(space), on) if t != heuristic]
-            assert len(data) <= MAX_CONFIGS and heuristic in timed, (key, timed)
-            assert timed - {heuristic} == set(ranked[:len(timed) - 1]), (key, timed, ranked[:4])
-            assert all(c.input_buffer_count == measured.BUFFERS for c in data), key
+            # the roofline's order (the heuristic's tiles among them), its first tiles at upstream's buffering and
+            # then at the deeper one; the heuristic's own config is timed once, first
+            ranked = tiles.rank(key.kernel, M, K, N, G, sorted(space | {heuristic}), on)
+            order = [(t, b) for t in ranked[:tune.DEEPER_FIRST] for b in (measured.BUFFERS, tune.DEEPER_BUFFERS)]
+            order = [c for c in order + [(t, measured.BUFFERS) for t in ranked[tune.DEEPER_FIRST:]]
+                     if c != (heuristic, measured.BUFFERS)]
+            assert len(data) == MAX_CONFIGS and (heuristic, measured.BUFFERS) in timed, (key, timed)
+            assert timed == {(heuristic, measured.BUFFERS), *order[:MAX_CONFIGS - 1]}, (key, timed, order[:4])
+            assert any(b == tune.DEEPER_BUFFERS for _, b in timed), timed
 
 
 @pytest.mark.kernels_ci

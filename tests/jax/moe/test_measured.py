@@ -143,3 +143,38 @@ def test_where_two_files_hold_a_call_the_faster_entry_answers(kernel, measured, 
     finally:
         monkeypatch.undo()
         measured.forget()
+
+
+@pytest.mark.kernels_ci
+def test_a_measured_entrys_input_buffering_reaches_the_ops_config(kernel, emulation, measured, tmp_path, monkeypatch):
+    """An entry timed fastest at three input buffers (`tuning.tune` times the first tiles at `DEEPER_BUFFERS` too):
+    `lookup` gives its count and upstream's Op runs the tiles with it; a call the file does not hold keeps upstream's
+    default buffering."""
+    shipped = json.loads((measured.FILES / "v5e.json").read_text())
+    call, timings = shipped["data"][0]  # Mixtral's forward
+    config = json.loads(next(iter(timings)))
+    deeper = json.dumps(config | {"tile_m": 128, "tile_k": 1024, "tile_n": 512, "input_buffer_count": 3})
+    entry = next(iter(timings.values()))
+    one = entry | {"evaluation_times_ms": [0.5] * len(entry["evaluation_times_ms"])}
+    (tmp_path / "v5e.json").write_text(json.dumps(shipped | {"data": [[call, {deeper: one}]]}))
+    monkeypatch.setattr(measured, "FILES", tmp_path)
+    measured.forget()
+    try:
+        s = EXPERTS[0]
+        found = measured.lookup("TPU v5 lite", _key(measured, "gmm", s))
+        assert (found.tiles, found.buffers) == ((128, 1024, 512), 3), found
+        specs = dict(lhs=jax.ShapeDtypeStruct((s.rows, s.hidden), jnp.bfloat16),
+                     rhs=jax.ShapeDtypeStruct((s.experts, s.hidden, s.out), jnp.bfloat16),
+                     group_sizes=jax.ShapeDtypeStruct((s.experts,), jnp.int32))
+        with kernel.ops.config.cross_compile(True), emulation.emulated_chip("v5e"), \
+                jax.sharding.use_abstract_mesh(emulation.tpu_mesh("v5e")):
+            c = kernel.ops.tpu.RaggedDot().bind(**specs).default_config
+            other = kernel.ops.tpu.RaggedDot().bind(**(specs | dict(
+                lhs=jax.ShapeDtypeStruct((12288, 3072), jnp.bfloat16),
+                rhs=jax.ShapeDtypeStruct((16, 3072, 6144), jnp.bfloat16),
+                group_sizes=jax.ShapeDtypeStruct((16,), jnp.int32)))).default_config
+        assert (c.tile_m, c.tile_k, c.tile_n, c.input_buffer_count) == (128, 1024, 512, 3), c
+        assert other.input_buffer_count == measured.BUFFERS, other
+    finally:
+        monkeypatch.undo()
+        measured.forget()

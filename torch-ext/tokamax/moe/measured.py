@@ -3,8 +3,9 @@
 Each file in `measured/` is an autotuning result (`AutotuningResult.dumps`, what `tokamax.tuning` writes; on a TPU
 host `python3 -m tools.chip tune` makes it for the model shapes of tools/chip/models.py) for one device kind.
 `lookup` gives a call the fastest tiles the chip measured for its exact (kernel, m, k, n, groups, itemsize),
-before the tile rule guesses (`tiles.for_call`). Only the ragged dot's unquantized entries at upstream's default
-input buffering count; a file this build cannot read is set aside with a warning, and the rule answers.
+and the input buffering count they ran with, before the tile rule guesses (`tiles.for_call`,
+`tiles.buffers_for_call`). Only the ragged dot's unquantized entries; a file this build cannot read is set aside
+with a warning, and the rule answers.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ _API = ".._ported._src.autotuning.api"
 _OP = ".._ported._src.ops.ragged_dot.pallas_mosaic_tpu"
 _HOOK = ".._ported._src.ops.ragged_dot.tiles_hook"
 BUFFERS = 2
-"""The input buffering the package's calls run with (upstream's Config default): entries timed at another are
-not used, as the tile hook does not pass a buffering count on."""
+"""Upstream's Config's default input buffering: what the rule's tiles run with (a measured entry's own count is
+passed on by the tile hook)."""
 
 
 class Key(NamedTuple):
@@ -38,6 +39,7 @@ class Measured(NamedTuple):
     tiles: tuple[int, int, int]  # (tile_m, tile_k, tile_n) in upstream's Config naming
     seconds: float  # the chip's median time for them
     source: str  # the file
+    buffers: int = BUFFERS  # upstream's Config's input_buffer_count they ran with
 
 
 def _module(name: str) -> Any:
@@ -55,9 +57,10 @@ def key_of(ba: Any) -> Key | None:
 
 
 def fastest(data: Any) -> tuple[Any, float] | None:
-    """(config, median seconds) of the fastest config timed at the default buffering, or None."""
+    """(config, median seconds) of the fastest config timed, or None (configs with tgmm's `combine_scopes` are not
+    taken: the tile hook does not pass it on)."""
     timed = [(c, d.median_evaluation_time_ms / 1e3) for c, d in data.items()
-             if not isinstance(d, BaseException) and getattr(c, "input_buffer_count", BUFFERS) == BUFFERS]
+             if not isinstance(d, BaseException) and not getattr(c, "combine_scopes", False)]
     return min(timed, key=lambda cd: cd[1]) if timed else None
 
 
@@ -69,7 +72,8 @@ def read(path: Path) -> tuple[str, dict[Key, Measured]]:
         key, best = key_of(ba), fastest(data)
         if key is not None and best is not None:
             c, seconds = best
-            table[key] = Measured((c.tile_m, c.tile_k, c.tile_n), seconds, path.name)
+            table[key] = Measured((c.tile_m, c.tile_k, c.tile_n), seconds, path.name,
+                                  getattr(c, "input_buffer_count", BUFFERS))
     return result.device_kind, table
 
 

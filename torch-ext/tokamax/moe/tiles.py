@@ -72,16 +72,19 @@ def operand_tiles(kernel: str, t: Tiles) -> tuple[tuple[int, int], tuple[int, in
     return (t.tm, t.tk), (t.tm, t.tn), (t.tk, t.tn)  # tgmm: the contraction over m
 
 
-def vmem_bytes(kernel: str, t: Tiles, itemsize: int = 2) -> int:
-    """What the kernel holds in VMEM: both input blocks double-buffered, the output block double-buffered,
-    the float32 accumulator and the float32 product of a step (before it is added)."""
+def vmem_bytes(kernel: str, t: Tiles, itemsize: int = 2, buffers: int = 2) -> int:
+    """What the kernel holds in VMEM: the input blocks in `buffers` buffers (upstream's Config's
+    `input_buffer_count`: the lhs's in gmm and dlhs, whose weights keep two, both inputs' in tgmm), the output
+    block double-buffered, the float32 accumulator and the float32 product of a step (before it is added)."""
     a, b, out = operand_tiles(kernel, t)
-    return 2 * itemsize * (a[0] * a[1] + b[0] * b[1]) + 2 * itemsize * out[0] * out[1] + 8 * out[0] * out[1]
+    rhs_buffers = buffers if kernel == "tgmm" else 2
+    return (itemsize * (buffers * a[0] * a[1] + rhs_buffers * b[0] * b[1]) + 2 * itemsize * out[0] * out[1]
+            + 8 * out[0] * out[1])
 
 
-def fits(kernel: str, t: Tiles, on: Chip, itemsize: int = 2) -> bool:
+def fits(kernel: str, t: Tiles, on: Chip, itemsize: int = 2, buffers: int = 2) -> bool:
     share = TGMM_VMEM_SHARE if kernel == "tgmm" else 1.0
-    return vmem_bytes(kernel, t, itemsize) <= share * on.scoped_vmem
+    return vmem_bytes(kernel, t, itemsize, buffers) <= share * on.scoped_vmem
 
 
 GROUP_WEIGHTS_UNHIDDEN = 0.4
@@ -94,13 +97,21 @@ grouped-matmul benchmark record within 0.82-1.16 of the chip (0.5 and more put M
 rank gpt-oss's dlhs tiles of a whole contraction too slow)."""
 
 
+GROUP_WEIGHTS_UNHIDDEN_AHEAD = 0.5
+"""The same share where gmm fetches the weights with lookahead (port.kdl's fix over upstream: the next group's
+block is fetched as soon as a buffer frees, behind the whole current group, `_step_classes`): the rows' own
+fetches still queue behind it. Fitted on the v5e (benchmarks/measured/v5e-2026-12-04-bench-moe-9357b96.json, which
+times both fetches in one run)."""
+
+
 def _step_classes(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles,
-                  itemsize: int) -> tuple[list[tuple[int, int, float]], float]:
+                  itemsize: int, lookahead: bool = True) -> tuple[list[tuple[int, int, float]], float]:
     """The grid's steps in classes of (count, flops per step, HBM bytes fetched for the next step), and the bytes
     nothing hides. Pallas fetches a block only when its index changes from one step to the next, so where the
     contraction is one tile (gmm and dlhs) a group's weights block is fetched once per output tile, at the group's
     first visit, and a row tile a group boundary crosses (visited again by the next group) fetches no rows again;
-    edge blocks move only what is in bounds (the MXU works them whole)."""
+    edge blocks move only what is in bounds (the MXU works them whole). With `lookahead` (gmm and dlhs, as the
+    package runs them) a group's weights block is fetched behind all the steps of the group before it, not one."""
     row_tiles = _cdiv(m, t.tm)
     revisits = groups - 1  # each group boundary inside a row tile visits it once more
     if kernel == "tgmm":  # grid (n, k, row visits): the [k, n] block written once per group
@@ -117,6 +128,11 @@ def _step_classes(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles,
     lhs, weights, out = t.tm * c * itemsize, c * o * itemsize, t.tm * o * itemsize
     flops = 2 * t.tm * tile_c * tile_o
     unhidden = tiles_o * groups * GROUP_WEIGHTS_UNHIDDEN * weights
+    if tiles_c == 1 and lookahead:  # every step, its share of the rows and of its group's weights
+        steps = tiles_o * (row_tiles + revisits)
+        moved = tiles_o * (row_tiles * (lhs + out) + (groups - 1) * weights)
+        unhidden = tiles_o * groups * GROUP_WEIGHTS_UNHIDDEN_AHEAD * weights
+        return [(steps, flops, moved / steps)], unhidden + tiles_o * weights
     if tiles_c > 1:  # every step fetches rows and weights; the output block is written once per row tile
         return [(tiles_o * row_tiles, flops, lhs + weights + out),
                 (tiles_o * (row_tiles * (tiles_c - 1) + revisits * tiles_c), flops, lhs + weights)], unhidden
@@ -124,7 +140,8 @@ def _step_classes(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles,
     return [(tiles_o * row_tiles, flops, lhs + out), (tiles_o * revisits, flops, weights)], unhidden + tiles_o * weights
 
 
-def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip, itemsize: int = 2) -> float:
+def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip, itemsize: int = 2,
+            lookahead: bool = True) -> float:
     """The roofline time of one call, step by step: each class of grid steps at the larger of its MXU time (the
     tiles worked whole, a group's last row tile too) and the HBM time of what it fetches for the next step (what
     Pallas double-buffers behind it; `_step_classes`), a fixed cost per grid step, and the weights fetches no
@@ -139,7 +156,7 @@ def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip
     0.56-0.8 of the sweep's times at Qwen3-30B-A3B's 128 groups: storing each group's accumulator, masking the
     rows of a tile two groups share), which no term here holds: at that call its first ran 9.4% over the
     fastest."""
-    classes, unhidden = _step_classes(kernel, m, k, n, groups, t, itemsize)
+    classes, unhidden = _step_classes(kernel, m, k, n, groups, t, itemsize, lookahead and kernel != "tgmm")
     mxu_fill = min(1.0, t.tm / on.mxu) * min(1.0, min(t.tk, t.tn) / on.mxu)
     return sum(roofline.seconds(count * flops, count * moved, count, on, mxu_fill) for count, flops, moved in classes
                if count > 0) + unhidden / on.hbm_bandwidth
@@ -164,11 +181,18 @@ def _legal(t: Tiles, m: int, k: int, n: int) -> bool:
 
 
 def rank(kernel: str, m: int, k: int, n: int, groups: int, candidates: list[Tiles], on: Chip,
-         itemsize: int = 2) -> list[Tiles]:
+         itemsize: int = 2, lookahead: bool = True) -> list[Tiles]:
     """The candidates the kernels accept that fit the chip's scoped VMEM, fastest first by the roofline (what
-    `tokamax.tuning` times first when it may time only some of upstream's candidates)."""
+    `tokamax.tuning` times first when it may time only some of upstream's candidates); `lookahead`: as gmm fetches
+    its weights (the package's way, or upstream's one step ahead)."""
     fitting = [t for t in candidates if _legal(t, m, k, n) and fits(kernel, t, on, itemsize)]
-    return sorted(fitting, key=lambda t: (seconds(kernel, m, k, n, groups, t, on, itemsize), -t.tm))
+    return sorted(fitting, key=lambda t: (seconds(kernel, m, k, n, groups, t, on, itemsize, lookahead), -t.tm))
+
+
+def buffers_for_call(kernel: str, m: int, k: int, n: int, groups: int, itemsize: int) -> int:
+    """The input buffering `for_call`'s tiles run with: what the chip measured them at, else upstream's default."""
+    found = measured.lookup(roofline.chip().kind, measured.Key(kernel, m, k, n, groups, itemsize))
+    return measured.BUFFERS if found is None else found.buffers
 
 
 def for_call(kernel: str, m: int, k: int, n: int, groups: int, itemsize: int) -> Tiles:

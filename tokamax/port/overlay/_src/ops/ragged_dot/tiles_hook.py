@@ -119,10 +119,10 @@ def fitted(ba: Any, chosen: Any, config_cls: type, default_dims: Any, dlhs_dims:
 
 def config(ba: Any, config_cls: type, default_dims: Any, dlhs_dims: Any, drhs_dims: Any) -> Any:
     """The Config for upstream's bound arguments `ba` (its three dimension numbers passed in by the caller,
-    the Op module): this package's tiles, or upstream's default Config within `upstream_heuristics()` and for
-    dimension numbers upstream's kernel refuses (its own error then follows)."""
+    the Op module): this package's tiles and input buffering, or upstream's default Config within
+    `upstream_heuristics()` and for dimension numbers upstream's kernel refuses (its own error then follows)."""
     call = _call(ba, default_dims, dlhs_dims, drhs_dims)
     if _UPSTREAM.get() or call is None or (rule := _rule()) is None:
         return config_cls()
     tm, tk, tn = rule.for_call(*call)
-    return config_cls(tile_m=tm, tile_k=tk, tile_n=tn)
+    return config_cls(tile_m=tm, tile_k=tk, tile_n=tn, input_buffer_count=rule.buffers_for_call(*call))
