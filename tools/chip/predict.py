@@ -23,6 +23,13 @@ RULE_TILES = {  # what the rule chose in the run at 9410969 (before its model co
     "gpt-oss-20b": ((256, 1024, 2048), (256, 1024, 2048), (256, 1024, 1024)),
     "DeepSeek-V3, one chip's 8 experts": ((512, 1024, 1024), (512, 1024, 1024), (256, 1024, 1024)),
 }
+RUN_READ = {
+    "8b33815": ("v5e.json",),
+    "989b156": ("v5e.json", "v5e-gpt-oss-20b.json"),
+    "9357b96": ("v5e.json", "v5e-gpt-oss-20b.json"),
+}
+"""The shipped tile files (torch-ext/tokamax/moe/measured/) the runs before the last file shipped read, by commit;
+every later run reads them all (v5e-olmoe.json from 910b3f1)."""
 ONE_STEP_AHEAD = ("a9c94e4", "8b33815", "9410969", "989b156")
 """Runs before gmm fetched its weights with lookahead (port.kdl): their grouped matmul fetched a group's weights one
 grid step ahead, as the impl "tokamax (weights one step ahead)" still does (tools/chip/workloads/moe.py)."""
@@ -64,13 +71,27 @@ def _shape(case: str, shapes: tuple) -> Any:
     return next((s for s in shapes if case.startswith(s.model)), None)
 
 
-def _grouped(tk: ModuleType, r: dict, chip: Any, which: str, lookahead: bool) -> float | None:
+def _measured(tk: ModuleType, commit: str) -> dict:
+    """The measured tiles the run at `commit` read (`RUN_READ`): where two files hold a call, the faster entry."""
+    measured = tk.moe.measured
+    if commit[:7] not in RUN_READ:
+        return measured.table("TPU v5 lite")
+    out: dict = {}
+    for name in RUN_READ[commit[:7]]:
+        for key, m in measured.read(measured.FILES / name)[1].items():
+            if key not in out or m.seconds < out[key].seconds:
+                out[key] = m
+    return out
+
+
+def _grouped(tk: ModuleType, r: dict, chip: Any, which: str, lookahead: bool, commit: str) -> float | None:
     s = _shape(r["case"], EXPERTS)
+    table = _measured(tk, commit)
     tiles = tk.moe.tiles
     kernels = ("gmm",) if r["pass"] == "fwd" else ("gmm", "dlhs", "tgmm")
     total = 0.0
     for i, k in enumerate(kernels):
-        found = tk.moe.measured.lookup("TPU v5 lite", tk.moe.measured.Key(k, s.rows, s.hidden, s.out, s.experts, 2))
+        found = table.get(tk.moe.measured.Key(k, s.rows, s.hidden, s.out, s.experts, 2))
         if which == "before":
             t = tiles.Tiles(*BEFORE_TILES)
         elif which == "rule":
@@ -138,7 +159,7 @@ def predicted(tk: ModuleType, r: dict, *, commit: str) -> float | None:
     chip = v5e(tk)
     if r["op"] == "grouped_matmul":
         lookahead = commit[:7] not in ONE_STEP_AHEAD and r["impl"] == "tokamax"
-        return _grouped(tk, r, chip, tiles_of(commit), lookahead)
+        return _grouped(tk, r, chip, tiles_of(commit), lookahead, commit)
     if r["op"] == "lm_head_loss":
         return _head(tk, r, chip, commit)
     if r["op"] == "distillation" and r["impl"] in DISTILL_IMPLS:
