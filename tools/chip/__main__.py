@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -63,8 +64,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", default="", help="bench: comma-separated workload modules (attention,moe,lm_head); "
                         "check: families (models and the JAX tier's case families: check.families()); "
                         "tune: expert shapes (models.EXPERTS' model names)")
-    parser.add_argument("--impl", default="", help="bench: only the workloads of these impls (comma-separated, "
-                        "e.g. tokamax,xla: the package's own choice beside XLA's)")
+    parser.add_argument("--impl", default="", help="bench: only the workloads of these impls (separated by commas "
+                        "without a space, e.g. tokamax,xla: the package's own choice beside XLA's; a name's own "
+                        "', ' stays in it)")
     parser.add_argument("--jobs", type=int, default=6, help="compiles at a time")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--max-configs", type=int, default=None, help="tune: candidates timed per kernel call "
@@ -96,7 +98,7 @@ def main(argv: list[str]) -> int:
         extra = {"lm_head_columns": lm_head_columns}  # run when named only
         names = [n for n in args.only.split(",") if n] or list(chosen)
         out = ResultsFile(args.out / "bench.json", header(args.commit, "bench"))
-        impls = {n for n in args.impl.split(",") if n}
+        impls = {n.strip() for n in re.split(r",(?! )", args.impl) if n.strip()}  # names hold ", " themselves
         _bench(tk, out, [(chosen | extra)[n] for n in names], args.jobs, args.runs, impls)
     if args.what == "tune":
         from . import tune

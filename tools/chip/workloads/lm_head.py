@@ -17,6 +17,7 @@ from . import Workload, normal, with_grads
 
 CHUNKS = (512, 1024, 2048)  # the chunked scheme at fixed chunks, beside the package's own choice
 PAIR_CHUNKS = (512, 1024)  # the same with dW accumulated in a bf16 pair (`pair_accumulator`)
+KERNEL_CHUNKS = (1024, 2048)  # with `lm_head.accumulate` adding dW, float32 and pair
 WHOLE = "tokamax (whole-block bodies)"  # the kernels without their inner loop over columns (`whole_blocks`)
 BETA = 0.5
 
@@ -67,12 +68,12 @@ def whole_blocks(lm_head: ModuleType, x: jax.Array, w: jax.Array) -> object:
 def workloads(tk: ModuleType) -> Iterator[Workload]:
     lm_head = tk.lm_head
 
-    def labels(chunk: object, whole: bool = False, pair: bool = False):  # noqa: ANN202
+    def labels(chunk: object, whole: bool = False, pair: bool = False, kernel: bool = False):  # noqa: ANN202
         def fn(x: jax.Array, w: jax.Array, t: jax.Array) -> tuple:
             weights = jnp.full(t.shape, 1.0 / t.shape[0], jnp.float32)
             plan = whole_blocks(lm_head, x, w) if whole else None
             return lm_head.fused.loss_and_grads(x, w, None, t, weights, lm_head.IDENTITY, chunk=chunk, plan=plan,
-                                                pair_accumulator=pair)[:3]
+                                                pair_accumulator=pair, accumulator_kernel=kernel)[:3]
         return fn
 
     def forward_loss(x: jax.Array, w: jax.Array, t: jax.Array, whole: bool = False) -> jax.Array:
@@ -99,6 +100,11 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
         for c in PAIR_CHUNKS:
             yield Workload("lm_head_loss", case, f"tokamax (chunks of {c}, pair accumulator)", "fwd+bwd",
                            lambda m=make, c=c: (labels(c, pair=True), m()), 3 * flops)
+        for c in KERNEL_CHUNKS:  # dW added by `lm_head.accumulate`'s kernel
+            for pair in (False, True):
+                impl = f"tokamax (chunks of {c}{', pair accumulator' if pair else ''}, accumulator kernel)"
+                yield Workload("lm_head_loss", case, impl, "fwd+bwd",
+                               lambda m=make, c=c, p=pair: (labels(c, pair=p, kernel=True), m()), 3 * flops)
         yield Workload("lm_head_loss", case, "xla", "fwd+bwd",
                        lambda m=make: (with_grads(xla_loss, (0, 1)), m()), 3 * flops)
 

@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import roofline
+from . import accumulate
 from . import plan as plans
 from . import targets as target_checks
 from .blocks import round_up
@@ -145,7 +146,7 @@ def _accumulated(acc: jax.Array | tuple[jax.Array, jax.Array], part: jax.Array
 
 
 def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
-             z_loss: float, smoothing: float, chunk: int, weight_grad: bool, pair: bool
+             z_loss: float, smoothing: float, chunk: int, weight_grad: bool, pair: bool, kernel: bool
              ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     rows, vocab = x.shape[0], w.shape[0]
     extra = round_up(rows, chunk) - rows
@@ -171,8 +172,12 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
         dx_c = jax.lax.dot_general(g_low, w, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         if weight_grad:
             dw, db = carry
-            part = jax.lax.dot_general(g_low, x_c, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-            carry = (_accumulated(dw, part), db + jnp.sum(g, axis=0))
+            if kernel:
+                dw = accumulate.into(dw, g_low, x_c)
+            else:
+                part = jax.lax.dot_general(g_low, x_c, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+                dw = _accumulated(dw, part)
+            carry = (dw, db + jnp.sum(g, axis=0))
         return carry, (loss, dx_c.astype(x.dtype))
 
     zeros = (jnp.zeros(w.shape, w.dtype),) * 2 if pair else jnp.zeros(w.shape, jnp.float32)
@@ -202,7 +207,8 @@ def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
 
 def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,
                    transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0, weight_grad: bool = True,
-                   chunk: int | None | str = "auto", plan: plans.Plan | None = None, pair_accumulator: bool = False
+                   chunk: int | None | str = "auto", plan: plans.Plan | None = None, pair_accumulator: bool = False,
+                   accumulator_kernel: bool = False
                    ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     """(sum_r weights_r loss_r float32 [], dx in x's dtype, dW in w's dtype, db float32 [vocab]; dW and db None
     where `weight_grad` is False). `targets` int [rows] in [0, vocab) where `weights` > 0 (others are not
@@ -211,7 +217,8 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     (the kernels) or the chunk rows; `plan`: the kernels' blocks where they run (default: `plan.choose`'s);
     `pair_accumulator`: the chunked scheme accumulates dW in two arrays of w's dtype, not one float32 array
     (half its temporaries at 16 bits; dW within one rounding of the float32 accumulator's). `choose` does not
-    take it yet: no chip has timed it."""
+    take it yet: no chip has timed it; `accumulator_kernel`: the chunked scheme adds each chunk's dW in a Pallas
+    kernel that streams the accumulator under the matmul (`accumulate`), where it fits (else as XLA adds it)."""
     _check(x, w, b, targets)
     if weights.shape != targets.shape:
         raise ValueError(f"tokamax lm_head loss_and_grads: weights must be [rows] ({targets.shape[0]}), got "
@@ -224,4 +231,6 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     if chunk is None:
         return _kernels(x, w, b, t, m, transform, z_loss, smoothing, weight_grad, plan)
     bias = jnp.zeros((w.shape[0],), jnp.float32) if b is None else b.astype(jnp.float32)
-    return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, pair_accumulator)
+    kernel = accumulator_kernel and weight_grad and accumulate.fits(
+        chunk, x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip().vmem)
+    return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, pair_accumulator, kernel)

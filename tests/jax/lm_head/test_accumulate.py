@@ -1,0 +1,105 @@
+"""`tokamax.lm_head.accumulate`: the chunked scheme's dW added by a Pallas kernel that streams the accumulator
+(float32, or fused's bf16 pair) under the matmul, in interpret mode: against float64, against XLA's own
+accumulation inside `fused.loss_and_grads`, which calls take it, and the errors of a wrong call."""
+
+from __future__ import annotations
+
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from .numerics import U
+from .test_kernels import _operands
+
+
+@pytest.fixture(scope="module")
+def accumulate(kernel):
+    return importlib.import_module(f"{kernel.__name__}.lm_head.accumulate")
+
+
+def _arrays(chunk: int, vocab: int, hidden: int, seed: int = 0):  # noqa: ANN202
+    r = np.random.default_rng(seed)
+    g = jnp.asarray(r.standard_normal((chunk, vocab)), jnp.bfloat16)
+    x = jnp.asarray(r.standard_normal((chunk, hidden)), jnp.bfloat16)
+    acc = jnp.asarray(r.standard_normal((vocab, hidden)) * 4, jnp.float32)
+    return acc, g, x
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("pair", [False, True], ids=["float32", "pair"])
+def test_the_kernel_adds_g_t_x_to_the_accumulator(accumulate, emulation, pair):
+    chunk, vocab, hidden = 256, 1280, 384  # five blocks of 256 accumulator rows
+    acc, g, x = _arrays(chunk, vocab, hidden)
+    with emulation.interpret_on_cpu("v5e"):
+        assert accumulate.block_rows(chunk, hidden, vocab, 2, 128 << 20) == 256
+        if pair:
+            high = acc.astype(jnp.bfloat16)
+            low = (acc - high.astype(jnp.float32)).astype(jnp.bfloat16)
+            acc = high.astype(jnp.float32) + low.astype(jnp.float32)  # what the pair holds
+            h, lo = jax.jit(accumulate.into)((high, low), g, x)
+            assert h.dtype == lo.dtype == jnp.bfloat16
+            got = np.asarray(h, np.float64) + np.asarray(lo, np.float64)
+        else:
+            got = np.asarray(jax.jit(accumulate.into)(acc, g, x), np.float64)
+    g64, x64 = np.asarray(g, np.float64), np.asarray(x, np.float64)
+    want = np.asarray(acc, np.float64) + g64.T @ x64
+    # float32: the product's sum over the chunk, ~sqrt(chunk) u of its magnitude, and the addition's rounding;
+    # the pair keeps about 16 bits of the sum (high's 8 and low's 8): 2^-16 of it
+    bound = (np.sqrt(chunk) + 8) * U * (np.abs(g64).T @ np.abs(x64) + np.abs(want))
+    if pair:
+        bound += 2.0 ** -16 * np.abs(want)
+    assert (np.abs(got - want) <= bound).all(), float((np.abs(got - want) / bound).max())
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("pair", [False, True], ids=["float32", "pair"])
+def test_the_chunked_scheme_gives_what_xla_accumulates(kernel, emulation, accumulate, monkeypatch, pair):
+    """300 rows in 3 chunks of 128 (the last padded) at a vocabulary of 1,280 (the kernel's) and 1,000 (no block
+    divides it: XLA adds, and says nothing, as the kernel is an implementation choice): the loss, dx and db the
+    same bits; dW the same sums in another order, within one bf16 rounding and the float32 sums' order."""
+    lm_head = kernel.lm_head
+    for vocab in (1280, 1000):
+        rows, hidden = 300, 128
+        x, w, b, targets = _operands(rows, hidden, vocab, seed=11)
+        x, w = jnp.asarray(x, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)
+        m = np.ones(rows, np.float32)
+        out, calls = {}, {}
+        real = accumulate.into
+        for use in (False, True):
+            seen: list[int] = []
+            monkeypatch.setattr(accumulate, "into", lambda *a, seen=seen: seen.append(1) or real(*a))
+
+            def step(x, w, use=use):  # noqa: ANN001, ANN202
+                return lm_head.fused.loss_and_grads(x, w, None, targets, m, lm_head.IDENTITY, chunk=128,
+                                                    pair_accumulator=pair, accumulator_kernel=use)
+            with emulation.interpret_on_cpu("v5e"):
+                out[use] = jax.jit(step)(x, w)
+            calls[use] = len(seen)  # traced once: the scan's body
+        assert calls == {False: 0, True: int(vocab % 128 == 0)}, (vocab, calls)
+        (loss, dx, dw, db), (loss_k, dx_k, dw_k, db_k) = out[False], out[True]
+        assert float(loss) == float(loss_k) and dw.dtype == dw_k.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(dx, np.float32), np.asarray(dx_k, np.float32))
+        np.testing.assert_array_equal(np.asarray(db), np.asarray(db_k))
+        a, k = np.asarray(dw, np.float64), np.asarray(dw_k, np.float64)
+        ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(a), 1e-30))) - 7)  # bf16: 8 significant bits
+        scale = np.abs(np.asarray(dw, np.float64)).max()
+        assert (np.abs(a - k) <= ulp + (np.sqrt(rows) + 8) * U * scale + 2.0 ** -16 * scale * pair).all(), vocab
+        assert (a != k).mean() < 0.05, vocab  # mostly the same rounding
+
+
+@pytest.mark.kernels_ci
+def test_a_wrong_call_is_refused_with_what_is_wrong(accumulate, emulation):
+    acc, g, x = _arrays(64, 1280, 128)
+    with emulation.interpret_on_cpu("v5e"):
+        with pytest.raises(ValueError, match=r"tokamax lm_head accumulate: g must be \[chunk, vocab\]"):
+            accumulate.into(acc, g[:, :1000], x)
+        with pytest.raises(ValueError, match=r"tokamax lm_head accumulate: .* one dtype"):
+            accumulate.into(acc, g, x.astype(jnp.float32))
+        with pytest.raises(ValueError, match=r"no block of .* divides the vocabulary \(1000\)"):
+            accumulate.into(acc[:1000], g[:, :1000], x)
+    assert not accumulate.fits(64, 128, 1000, 2, 128 << 20)
+    # x's chunk itself over the VMEM: no block
+    assert accumulate.block_rows(65536, 8192, 1280, 2, 128 << 20) is None
