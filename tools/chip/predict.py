@@ -109,13 +109,13 @@ def _head(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
     if h is None:
         return None
     lm = tk.lm_head
-    if chunked := re.fullmatch(r"tokamax \(chunks of (\d+)(, pair accumulator)?\)", r["impl"]):
-        return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, int(chunked[1]), pair=bool(chunked[2])).seconds(chip)
+    if chunked := re.fullmatch(r"tokamax \(chunks of (\d+)(, pair accumulator)?(, accumulator kernel)?\)", r["impl"]):
+        return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, int(chunked[1]), pair=bool(chunked[2]),
+                             kernel=bool(chunked[3])).seconds(chip)
     if r["impl"] in KERNELS:
-        if (r["impl"] == "tokamax" and r["pass"] == "fwd+bwd" and commit[:7] not in AUTO_KERNELS
-                and lm.fused.choose(h.rows, h.hidden, h.vocab, 2, chip)):
-            chunk = lm.fused.choose(h.rows, h.hidden, h.vocab, 2, chip)
-            return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, chunk).seconds(chip)
+        chunk, kernel = lm.fused.choose_scheme(h.rows, h.hidden, h.vocab, 2, chip)
+        if r["impl"] == "tokamax" and r["pass"] == "fwd+bwd" and commit[:7] not in AUTO_KERNELS and chunk:
+            return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, chunk, kernel=kernel).seconds(chip)
         costs = lm.plan.choose(h.rows, h.hidden, h.vocab, 2, chip).costs(h.hidden, h.vocab, 2)
         names = ("forward",) if r["pass"] == "fwd" else tuple(costs)
         return sum(costs[n].seconds(chip) for n in names)

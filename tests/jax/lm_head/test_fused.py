@@ -224,3 +224,45 @@ def test_the_chunked_temporaries_are_what_the_chip_compiled(kernel):
             assert generic.temp_bytes >= r["temp_bytes"]
             checked += 1
     assert checked >= 20, checked
+
+
+@pytest.mark.kernels_ci
+def test_with_the_accumulator_kernel_the_temporaries_and_times_are_what_the_chip_measured(kernel):
+    """`fused.cost(kernel=True)` (dW added by `lm_head.accumulate`) against the v5e's eight records of it (-077895a:
+    chunks of 1024 and 2048, float32 and pair, both heads): temporaries within 64 MiB (the compiler's small
+    buffers and the kernel's), time within 10% (the accumulator's traffic under the matmul, nothing serial); at
+    the same chunk never slower than XLA's accumulation by the model or on the chip; and `choose_scheme` takes
+    it where it fits an eighth of HBM (hidden 2048) but not at these heads (2.45 GiB at Llama's)."""
+    import json
+    import re
+    from pathlib import Path
+
+    from tools.chip import predict
+
+    fused = kernel.lm_head.fused
+    chip = predict.v5e(kernel)
+    heads = {"Llama 3 8B": (8192, 4096, 128256), "Qwen3 8B": (16384, 4096, 151936)}
+    path = next((Path(__file__).resolve().parents[3] / "benchmarks/measured").glob("v5e-*-bench-lm_head-077895a.json"))
+    records = json.loads(path.read_text())["records"]
+    times = {(r["case"], r["impl"]): r["median_s"] for r in records}
+    checked = 0
+    for r in records:
+        found = re.fullmatch(r"tokamax \(chunks of (\d+)(, pair accumulator)?, accumulator kernel\)", r["impl"])
+        if not found:
+            continue
+        shape = next(v for k, v in heads.items() if r["case"].startswith(k))
+        chunk, pair = int(found[1]), bool(found[2])
+        cost = fused.cost(*shape, 2, chunk, pair=pair, kind="TPU v5 lite", kernel=True)
+        assert abs(cost.temp_bytes - r["temp_bytes"]) < 64 << 20, (r["case"], r["impl"], cost.temp_bytes)
+        assert 0.9 <= cost.seconds(chip) / r["median_s"] <= 1.1, (r["case"], r["impl"])
+        plain = f"tokamax (chunks of {chunk}{', pair accumulator' if pair else ''})"
+        if (r["case"], plain) in times:
+            assert r["median_s"] < times[r["case"], plain], (r["case"], r["impl"])
+        assert cost.seconds(chip) < fused.cost(*shape, 2, chunk, pair=pair, kind="TPU v5 lite").seconds(chip)
+        checked += 1
+    assert checked == 8, checked
+    assert fused.choose_scheme(8192, 4096, 128256, 2, chip) == (2048, False)  # the kernel's 2.45 GiB: over the share
+    assert fused.choose_scheme(16384, 4096, 151936, 2, chip) == (None, False)
+    chunk, taken = fused.choose_scheme(8192, 2048, 128256, 2, chip)
+    assert taken and fused.cost(8192, 2048, 128256, 2, chunk, kind="TPU v5 lite", kernel=True).temp_bytes \
+        <= chip.hbm // fused.HBM_SHARE

@@ -14,6 +14,10 @@ Two schemes, one result (`loss_and_grads`):
   accumulates as two arrays of w's dtype (the float32 sum rounded, and what that rounding left): the v5e
   ran it no faster (192.5 against 195.0 ms at Llama 3 8B's head) and held as much or more, so `choose`
   does not take it.
+  With `accumulator_kernel`, each chunk's dW is added by a Pallas kernel that streams the accumulator under its
+  matmul (`accumulate`): 14-19% faster on the v5e at the same chunks (Llama 3 8B's head 164.6 ms in chunks of
+  1024 with the pair, XLA's own formulation 160.4), for the whole accumulator held beside one chunk's logits;
+  `choose_scheme` takes it where that fits the share.
 - **kernels**: our Pallas kernels (`kernels`): the statistics, then dx and dW with the loss's per-row
   coefficients: five matmuls (the backward kernels recompute the logits), about 1 MiB of temporaries.
 
@@ -67,28 +71,32 @@ class ChunkedCost:
     bytes_accessed: int
     temp_bytes: int
     accumulator_bytes: int = 0  # dW's float32 accumulator, where there is more than one chunk
+    kernel: bool = False  # dW added by `accumulate`'s kernel: its traffic under the matmul, nothing serial
 
     def seconds(self, on: Chip) -> float:
-        return roofline.seconds(self.flops, self.bytes_accessed, 0, on,
-                                serial=ACCUMULATOR_PASSES * self.accumulator_bytes / on.hbm_bandwidth)
+        serial = 0 if self.kernel else ACCUMULATOR_PASSES * self.accumulator_bytes / on.hbm_bandwidth
+        return roofline.seconds(self.flops, self.bytes_accessed, 0, on, serial=serial)
 
 
 def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_grad: bool = True,
-         pair: bool = False, kind: str = "") -> ChunkedCost:
+         pair: bool = False, kind: str = "", kernel: bool = False) -> ChunkedCost:
     """Per chunk: w read by the logits' and dx's matmuls (a frozen head's too), x_c by the logits' and dW's,
     dx_c written, the logits written and read in float32, G written once and read by dx's and dW's matmuls;
     dW's float32 accumulator read and written per chunk (written only by the first). Three matmuls (two for
     a frozen head: no dW). `pair`: the accumulator as two arrays of w's dtype (`loss_and_grads`), the same
-    bytes per pass at 16 bits, and only the low half a temporary (the high half is dW)."""
+    bytes per pass at 16 bits, and only the low half a temporary (the high half is dW). `kernel`: dW added by
+    `accumulate`'s kernel, the same bytes streamed under the matmul (no `ACCUMULATOR_PASSES`)."""
     chunks = -(-rows // chunk)
     matmuls = 3 if weight_grad else 2
     w, x_c = vocab * hidden * itemsize, chunk * hidden * itemsize
     per_chunk = 2 * w + matmuls * x_c + 2 * chunk * vocab * 4 + matmuls * chunk * vocab * itemsize
     accumulator = vocab * hidden * (2 * itemsize if pair else 4) if weight_grad else 0
     moved = chunks * per_chunk + (2 * chunks - 1) * accumulator
+    kernel = kernel and weight_grad
     return ChunkedCost(chunk, matmuls * 2 * chunks * chunk * vocab * hidden, moved,
-                       temporaries(chunks, chunk, vocab, accumulator, pair, kind, chunks * chunk * hidden * itemsize),
-                       accumulator if chunks > 1 else 0)
+                       temporaries(chunks, chunk, vocab, accumulator, pair, kind, chunks * chunk * hidden * itemsize,
+                                   kernel, itemsize),
+                       accumulator if chunks > 1 else 0, kernel)
 
 
 LAID_OUT_ON_CHIP = ("TPU v5 lite",)
@@ -96,7 +104,7 @@ LAID_OUT_ON_CHIP = ("TPU v5 lite",)
 
 
 def temporaries(chunks: int, chunk: int, vocab: int, accumulator: int, pair: bool = False, kind: str = "",
-                rows_bytes: int = 0) -> int:
+                rows_bytes: int = 0, kernel: bool = False, itemsize: int = 2) -> int:
     """The chunked scheme's temporaries: a float32 dW accumulator (the pair's low half), up to two chunks'
     float32 logits, and dx's chunks before they are cut to the rows (`rows_bytes`).
 
@@ -105,26 +113,46 @@ def temporaries(chunks: int, chunk: int, vocab: int, accumulator: int, pair: boo
     a float32 accumulator, the larger of it and two chunks' logits (one chunk's where there is one: no
     accumulator); with the pair, its low half and two chunks' logits; all fourteen measured at Llama 3 8B's and
     Qwen3 8B's heads (chunks of 512 to 8192) to the byte's rounding. Elsewhere the sum of all three, the most the
-    compile-only topologies laid out (v7x: the accumulator and two chunks' logits; v5e compile-only: one chunk's)."""
+    compile-only topologies laid out (v7x: the accumulator and two chunks' logits; v5e compile-only: one chunk's).
+
+    With `kernel` (`accumulate`), as the v5e's compiler laid out all eight measured (-077895a.json, chunks of 1024
+    and 2048, float32 and pair, both heads): the whole accumulator (the pair's high half too) beside one chunk's
+    float32 logits, and the pair's chunks of 2048 rows that chunk's G in w's dtype besides. Elsewhere the sum, as
+    without the kernel, with the pair's high half."""
     logits = min(chunks, 2) * chunk * vocab * 4
     held = (accumulator // 2 if pair else accumulator) if chunks > 1 else 0
+    if kernel and chunks > 1:
+        if kind in LAID_OUT_ON_CHIP:
+            return accumulator + chunk * vocab * 4 + (chunk * vocab * itemsize if pair and chunk >= 2048 else 0)
+        return accumulator + logits + rows_bytes
     if kind in LAID_OUT_ON_CHIP:
         return held + logits if pair else max(held, logits)
     return held + logits + rows_bytes
 
 
-def choose(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True) -> int | None:
-    """The chunk of the chunked scheme, or None where the kernels are faster or the chunks do not fit."""
+def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True
+                  ) -> tuple[int | None, bool]:
+    """(the chunk of the chunked scheme, whether `accumulate`'s kernel adds dW), or (None, False) where the kernels
+    are faster or the chunks do not fit. The accumulator kernel is offered on the chips whose compiler's layout of
+    it was measured (`LAID_OUT_ON_CHIP`), where its VMEM holds a chunk; elsewhere XLA adds dW."""
     plan = plans.choose(rows, hidden, vocab, itemsize, chip)
     costs = plan.costs(hidden, vocab, itemsize)
     kernels = sum(c.seconds(chip) for name, c in costs.items() if weight_grad or name != "backward_w")
-    fitting = [cost(rows, hidden, vocab, itemsize, c, weight_grad, kind=chip.kind) for c in CHUNKS
-               if c <= round_up(rows, CHUNKS[-1])]
+    ways = [False] + [True] * (weight_grad and chip.kind in LAID_OUT_ON_CHIP)
+    fitting = [cost(rows, hidden, vocab, itemsize, c, weight_grad, kind=chip.kind, kernel=k) for c in CHUNKS
+               for k in ways if c <= round_up(rows, CHUNKS[-1])
+               and (not k or accumulate.fits(c, hidden, vocab, itemsize, chip.vmem))]
     fitting = [c for c in fitting if c.temp_bytes <= chip.hbm // HBM_SHARE]
     if not fitting:
-        return None
+        return None, False
     best = min(fitting, key=lambda c: c.seconds(chip))
-    return best.chunk if best.seconds(chip) < kernels else None
+    return (best.chunk, best.kernel) if best.seconds(chip) < kernels else (None, False)
+
+
+def choose(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True) -> int | None:
+    """The chunk of the chunked scheme, or None where the kernels are faster or the chunks do not fit
+    (`choose_scheme`'s)."""
+    return choose_scheme(rows, hidden, vocab, itemsize, chip, weight_grad)[0]
 
 
 def _weighted(m: jax.Array, lse: jax.Array, zt: jax.Array, sum_z: jax.Array, vocab: int, z_loss: float,
@@ -208,7 +236,7 @@ def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
 def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,
                    transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0, weight_grad: bool = True,
                    chunk: int | None | str = "auto", plan: plans.Plan | None = None, pair_accumulator: bool = False,
-                   accumulator_kernel: bool = False
+                   accumulator_kernel: bool | None = None
                    ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     """(sum_r weights_r loss_r float32 [], dx in x's dtype, dW in w's dtype, db float32 [vocab]; dW and db None
     where `weight_grad` is False). `targets` int [rows] in [0, vocab) where `weights` > 0 (others are not
@@ -218,19 +246,22 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     `pair_accumulator`: the chunked scheme accumulates dW in two arrays of w's dtype, not one float32 array
     (half its temporaries at 16 bits; dW within one rounding of the float32 accumulator's). `choose` does not
     take it yet: no chip has timed it; `accumulator_kernel`: the chunked scheme adds each chunk's dW in a Pallas
-    kernel that streams the accumulator under the matmul (`accumulate`), where it fits (else as XLA adds it)."""
+    kernel that streams the accumulator under the matmul (`accumulate`), where its VMEM holds the chunk (else XLA
+    adds it); None: with `chunk="auto"` as `choose_scheme` says, else not."""
     _check(x, w, b, targets)
     if weights.shape != targets.shape:
         raise ValueError(f"tokamax lm_head loss_and_grads: weights must be [rows] ({targets.shape[0]}), got "
                          f"{weights.shape}")
     if chunk == "auto":
-        chunk = choose(x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip(), weight_grad)
+        chunk, chosen = choose_scheme(x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip(),
+                                      weight_grad)
+        accumulator_kernel = chosen if accumulator_kernel is None else accumulator_kernel
     m = weights.astype(jnp.float32)
     t = jnp.where(m > 0, targets, 0).astype(jnp.int32)
     target_checks.refuse("lm_head", t, w.shape[0])
     if chunk is None:
         return _kernels(x, w, b, t, m, transform, z_loss, smoothing, weight_grad, plan)
     bias = jnp.zeros((w.shape[0],), jnp.float32) if b is None else b.astype(jnp.float32)
-    kernel = accumulator_kernel and weight_grad and accumulate.fits(
+    kernel = bool(accumulator_kernel) and weight_grad and accumulate.fits(
         chunk, x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip().vmem)
     return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, pair_accumulator, kernel)
