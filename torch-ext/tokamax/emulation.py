@@ -13,6 +13,8 @@ the chip is always chosen explicitly, never guessed from the host:
   lowering_platforms=("tpu",))`.
 
 - `cpu_chip()` is the chip the Torch ops emulate for CPU tensors: `TOKAMAX_CPU_CHIP`, else "v6e".
+- `attached_chip()` is the chip torch-tpu runs on in this process, if any (the Torch ops trace for it;
+  tuning refuses to time candidates with JAX where torch-tpu holds the chip).
 
 Chips: "v5e", "v5p", "v6e", "v7x". JAX keeps the chip table in a private module; it is reached through
 the function `pltpu.get_tpu_info` itself, so that both jax 0.10 and 0.12 work.
@@ -24,6 +26,7 @@ import contextlib
 import functools
 import importlib
 import os
+import sys
 from collections.abc import Iterator
 from types import ModuleType
 
@@ -49,6 +52,33 @@ def cpu_chip() -> str:
     if chip not in CHIPS:
         raise ValueError(f"{CPU_CHIP_VARIABLE}={chip!r} names no known TPU chip; choose one of {sorted(CHIPS)}")
     return chip
+
+
+# torch-tpu's names for the attached chip (`torch.tpu.get_device_name()`) -> the chips here.
+TORCH_TPU_CHIPS = {"TPU v5e": "v5e", "TPU v5p": "v5p", "TPU v6e": "v6e", "TPU v7": "v7x"}
+
+
+def attached_chip() -> str | None:
+    """The TPU chip torch-tpu runs on in this process (read from the host's PCI devices, no runtime
+    started), or None where torch is not imported (torch-tpu starts with it; JAX may hold the chip) or
+    torch-tpu finds no TPU; a TPU that none of the chips here names is an error, not a guess. Torch
+    is never imported here: the Torch ops and tuning ask alike."""
+    return None if "torch" not in sys.modules else _torch_tpu_chip()
+
+
+@functools.cache
+def _torch_tpu_chip() -> str | None:
+    tpu = getattr(sys.modules["torch"], "tpu", None)
+    name = tpu.get_device_name() if tpu is not None and hasattr(tpu, "get_device_name") else "TPU"
+    if name == "TPU":  # torch-tpu's answer when it finds no TPU it knows
+        return None
+    if name not in TORCH_TPU_CHIPS:
+        raise RuntimeError(f"tokamax: torch-tpu reports {name!r}, which none of tokamax's chips "
+                           f"({sorted(TORCH_TPU_CHIPS)}) names; upstream has no kernels tuned for it")
+    return TORCH_TPU_CHIPS[name]
+
+
+attached_chip.cache_clear = _torch_tpu_chip.cache_clear  # type: ignore[attr-defined]  # asked again (tests)
 
 
 # Where JAX keeps the chip table: jax 0.12, then jax 0.10.

@@ -194,7 +194,7 @@ def test_recording_costs_a_dictionary_probe_per_call(tokamax, ops):
     x = torch.zeros(256, 128, device="meta")
     w = torch.zeros(4, 128, 128, device="meta")
     sizes = torch.zeros(4, dtype=torch.int32, device="meta")
-    with importlib.import_module(f"{ops.__name__}._tuned").recording() as calls:
+    with importlib.import_module(f"{tokamax.__name__}.tuning.recorded").recording() as calls:
         ops.gmm(x, w, sizes)
         worker = threading.Thread(target=lambda: ops.gmm(torch.zeros(384, 128, device="meta"), w, sizes))
         worker.start()

@@ -34,7 +34,7 @@ def main() -> int:
 
     tokamax = kernels.get_kernel("kernels-community/tokamax", version=1)
     ops = tokamax.torch_ops
-    recording = importlib.import_module(f"{ops.__name__}._tuned").recording
+    recording = importlib.import_module(f"{tokamax.__name__}.tuning.recorded").recording
     x, w = torch.zeros(256, 128, device="meta"), torch.zeros(4, 128, 128, device="meta")
     sizes = torch.zeros(4, dtype=torch.int32, device="meta")
     call = lambda: ops.gmm(x, w, sizes)  # noqa: E731

@@ -26,6 +26,7 @@ from torch.tpu.pallas import jax_op  # torch-tpu; `import torch` loads it
 
 from .. import emulation, ops
 from .._ops import add_op_namespace_prefix
+from ..emulation import attached_chip
 from . import _tuned
 
 # Where the Mosaic kernel refuses a ragged dot, upstream falls back to XLA's; torch-tpu's compiler
@@ -95,24 +96,6 @@ def register(name: str, jax_fn: Callable[..., Any], *, no_cpu: str | None = None
     if mesh is not None:
         return op
     return _tuned.TunedOp(op, name, jax_fn, appends=tuned)
-
-
-# torch-tpu's names for the attached chip (`torch.tpu.get_device_name()`) -> emulation's chips.
-_TORCH_TPU_CHIPS = {"TPU v5e": "v5e", "TPU v5p": "v5p", "TPU v6e": "v6e", "TPU v7": "v7x"}
-
-
-@functools.cache
-def attached_chip() -> str | None:
-    """The TPU chip torch-tpu runs on (read from the host's PCI devices, no runtime started), or None
-    when no TPU is attached; a TPU that none of emulation's chips names is an error, not a guess."""
-    tpu = getattr(torch, "tpu", None)
-    name = tpu.get_device_name() if tpu is not None and hasattr(tpu, "get_device_name") else "TPU"
-    if name == "TPU":  # torch-tpu's answer when it finds no TPU it knows
-        return None
-    if name not in _TORCH_TPU_CHIPS:
-        raise RuntimeError(f"tokamax: torch-tpu reports {name!r}, which none of tokamax's chips "
-                           f"({sorted(_TORCH_TPU_CHIPS)}) names; upstream has no kernels tuned for it")
-    return _TORCH_TPU_CHIPS[name]
 
 
 def chip_for_tracing(chip: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -9,18 +9,16 @@ custom op comes back as a `TunedOp`, which appends the current token to every ca
 fake kernels and autograd functions keep the op's own signature: the fake and the setup drop it,
 the backward runs its ops with the forward's token (an autograd Function of our own does the same
 with `keep_token` / `backward_token`). Ops whose JAX function names an `autotuning`
-argument itself (the ragged-dot ops) and meshed ops keep theirs as written. `recording()` collects
-the calls a step makes, for `tokamax.tuning.tune`.
+argument itself (the ragged-dot ops) and meshed ops keep theirs as written. Each op notes its JAX
+function and its calls in `tuning.recorded`, where `tokamax.tuning.tune` reads them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import functools
 import inspect
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,6 +26,7 @@ import jax
 import torch
 
 from ..tuning import active as tuning
+from ..tuning import recorded
 
 PARAMETER = "autotuning"
 _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("tokamax_forced_token", default=None)
@@ -92,40 +91,6 @@ def with_token(name: str, jax_fn: Callable[..., Any], chip_context: Callable[...
     return fn
 
 
-@dataclasses.dataclass(frozen=True)
-class Call:
-    """One recorded op call: the op's name, its JAX function (the TPU one, which takes the token last)
-    and its arguments as JAX sees them (tensors as ShapeDtypeStructs, statics as they are, the token
-    "": what the call would trace without a result)."""
-
-    op: str
-    jax_fn: Callable[..., Any]
-    args: tuple
-
-    @property
-    def key(self) -> tuple:
-        return (self.op, tuple((tuple(a.shape), str(a.dtype)) if hasattr(a, "shape") else a for a in self.args))
-
-
-_RECORDINGS: list[dict[tuple, Call]] = []
-_RECORDING_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def recording() -> Iterator[dict[tuple, Call]]:
-    """Within the block, every call of an op made by `register` (forward and backward, from any thread:
-    continuous batching runs its forwards in a thread of its own) is recorded once per distinct
-    signature; yields the record (key -> Call), in the order first seen."""
-    calls: dict[tuple, Call] = {}
-    with _RECORDING_LOCK:
-        _RECORDINGS.append(calls)
-    try:
-        yield calls
-    finally:
-        with _RECORDING_LOCK:
-            _RECORDINGS.remove(calls)
-
-
 def _spec(arg: Any) -> Any:
     if isinstance(arg, torch.Tensor):
         import jax.numpy as jnp
@@ -139,10 +104,7 @@ def _record(name: str, jax_fn: Callable[..., Any], args: tuple) -> None:
     if any(type(a).__name__ == "DTensor" for a in args):  # its local calls happen below DTensor's dispatch
         return
     seen = (name, tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args[:-1]))
-    with _RECORDING_LOCK:
-        for calls in _RECORDINGS:
-            if seen not in calls:  # a signature seen before costs this probe only
-                calls[seen] = Call(name, jax_fn, (*(_spec(a) for a in args[:-1]), ""))
+    recorded.add(seen, lambda: recorded.Call(name, jax_fn, (*(_spec(a) for a in args[:-1]), "")))
 
 
 class TunedOp:
@@ -152,11 +114,12 @@ class TunedOp:
 
     def __init__(self, op: Any, name: str, jax_fn: Callable[..., Any], appends: bool = True) -> None:
         self._op, self._name, self._jax_fn, self._appends = op, name, jax_fn, appends
+        recorded.register(name, jax_fn)
 
     def __call__(self, *args: Any) -> Any:
         if self._appends:
             args = (*args, current_token())
-        if _RECORDINGS:
+        if recorded.open_recordings():
             _record(self._name, self._jax_fn, args)
         return self._op(*args)
 

@@ -2,7 +2,7 @@
 
 1. Record: run `step()` (a training step, a `generate()`, a `generate_batch`: anything that calls
    tokamax's Torch ops) once; every op call is recorded once per distinct signature, forward and
-   backward, from any thread (`torch_ops._tuned.recording`). Its own cost: one dictionary probe
+   backward, from any thread (`recorded.recording`). Its own cost: one dictionary probe
    per call, and the step itself.
 2. Bind: trace each recorded call's JAX function, as it would be exported, without a result, and
    collect the bound arguments of every upstream Op whose config it asks for (upstream's
@@ -20,7 +20,9 @@
 
 On a TPU VM the chip belongs to torch-tpu while the step runs, and upstream's machinery times
 candidates with JAX: `record(step)` saves the calls (`Recording.save`), and `tune_recording(path)`
-tunes them in a process where JAX holds the chip. A CPU host does it all in one call.
+tunes them in a process where JAX holds the chip and the Torch ops are loaded (`tokamax.torch_ops`:
+`recorded.FUNCTIONS` binds the calls to them; this room never imports that one, which imports it).
+A CPU host does it all in one call.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import emulation, moe, roofline
+from . import recorded
 from .files import write_whole
 
 
@@ -64,7 +67,7 @@ class Tuned:
 
 @dataclasses.dataclass
 class Recording:
-    """The distinct op calls a step made (`torch_ops._tuned.Call`s)."""
+    """The distinct op calls a step made (`recorded.Call`s)."""
 
     calls: list[Any]
 
@@ -81,45 +84,30 @@ class Recording:
 
     @classmethod
     def load(cls, path: str | Path) -> Recording:
-        """A saved recording, its calls bound again to this process's ops (needs torch_ops)."""
+        """A saved recording, its calls bound again to this process's Torch ops (`tokamax.torch_ops`, which
+        needs torch but not torch-tpu's chip: TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps the chip for JAX)."""
         import jax
         import jax.numpy as jnp
 
         raw = json.loads(Path(path).read_text())
-        functions = _jax_functions()
+        functions = recorded.FUNCTIONS
         calls = []
         for entry in raw["calls"]:
             if entry["op"] not in functions:
+                if not functions:
+                    raise RuntimeError(f"tokamax tuning: recording {path} holds Torch op calls, and no Torch op is "
+                                       "loaded in this process: load them first (`tokamax.torch_ops`; with "
+                                       "TORCH_DEVICE_BACKEND_AUTOLOAD=0 torch-tpu leaves the chip to JAX)")
                 raise ValueError(f"tokamax tuning: recording {path} names op {entry['op']!r}, which this build lacks")
             args = tuple(jax.ShapeDtypeStruct(tuple(a["shape"]), jnp.dtype(a["dtype"])) if "shape" in a
                          else a["static"] for a in entry["args"])
-            calls.append(_call_type()(entry["op"], functions[entry["op"]], args))
+            calls.append(recorded.Call(entry["op"], functions[entry["op"]], args))
         return cls(calls)
-
-
-def _tuned_module() -> Any:
-    return importlib.import_module("..torch_ops._tuned", __package__)
-
-
-def _call_type() -> Any:
-    return _tuned_module().Call
-
-
-def _jax_functions() -> dict[str, Callable[..., Any]]:
-    """Every registered op's JAX function, by op name."""
-    torch_ops = importlib.import_module("..torch_ops", __package__)
-    found = {}
-    for family in torch_ops.families.values():
-        for name in dir(family):
-            op = getattr(family, name)
-            if isinstance(op, _tuned_module().TunedOp):
-                found[op._name] = op._jax_fn
-    return found
 
 
 def record(step: Callable[[], Any]) -> Recording:
     """Runs `step()` once and returns the distinct tokamax op calls it made."""
-    with _tuned_module().recording() as calls:
+    with recorded.recording() as calls:
         step()
     return Recording(list(calls.values()))
 
@@ -366,13 +354,14 @@ def _chip_of_this_host() -> str:
             if name == kind:
                 return chip
         raise ValueError(f"tokamax tuning: JAX runs on {kind!r}, which none of tokamax's chips names")
-    attached = importlib.import_module("..torch_ops._bridge", __package__).attached_chip()
+    attached = emulation.attached_chip()
     if attached is not None:
         raise RuntimeError(
             f"tokamax tuning: torch-tpu holds this host's TPU ({attached}) and upstream's autotuning times "
             "candidates with JAX, which sees none: save the calls with tokamax.tuning.record(step).save(path), "
             "then run tokamax.tuning.tune_recording(path, out=...) in a process where torch-tpu does not start "
-            "(TORCH_DEVICE_BACKEND_AUTOLOAD=0), so that JAX holds the chip")
+            "(TORCH_DEVICE_BACKEND_AUTOLOAD=0), so that JAX holds the chip, after loading the Torch ops there "
+            "(tokamax.torch_ops), which the recording's calls are bound to")
     return emulation.cpu_chip()
 
 
