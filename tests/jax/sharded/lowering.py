@@ -1,6 +1,7 @@
 """Lowering a sharded case for a TPU chip on this CPU host, on either side: the whole sharded program
 under an abstract mesh of the case's shape of that chip, and what one chip runs (the op on one
-shard's shapes) under a one-chip mesh, as tests/jax/public lowers the unsharded public calls. Each starts
+shard's shapes) under a one-chip mesh, as tests/jax/public lowers the unsharded public calls (this kernel's
+ragged dot as released: `as_released`, no lookahead on the weights, upstream's heuristic tiles). Each starts
 from an empty splash mask cache on its side (`clear_mask_cache`), so no lowering depends on the ones
 before it."""
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import jax
 
+from ..public.lowering import as_released
 from .cases import SPLASH, ShardedCase, program
 
 
@@ -31,7 +33,7 @@ def abstract_mesh(case: ShardedCase, emulation: ModuleType, chip: str) -> jax.sh
 def lower_sharded(case: ShardedCase, api: Any, emulation: ModuleType, chip: str) -> str:
     """StableHLO of the sharded program (forward, and backward where it has gradients) on the mesh."""
     clear_mask_cache(api)
-    with api.config.cross_compile(True), emulation.emulated_chip(chip), \
+    with api.config.cross_compile(True), emulation.emulated_chip(chip), as_released(api), \
             jax.sharding.use_abstract_mesh(abstract_mesh(case, emulation, chip)):
         fn = program(case.sharded(api, jax.sharding.get_abstract_mesh()), case.grads)
         return jax.jit(fn).trace(*case.shapes()).lower(lowering_platforms=("tpu",)).as_text()
@@ -40,7 +42,7 @@ def lower_sharded(case: ShardedCase, api: Any, emulation: ModuleType, chip: str)
 def lower_per_chip(case: ShardedCase, api: Any, emulation: ModuleType, chip: str) -> str:
     """StableHLO of what one chip runs, alone on one chip, at its shard's shapes."""
     clear_mask_cache(api)
-    with api.config.cross_compile(True), emulation.emulated_chip(chip), \
+    with api.config.cross_compile(True), emulation.emulated_chip(chip), as_released(api), \
             jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)):
         fn = program(case.shard(api), case.grads)
         return jax.jit(fn).trace(*case.local_shapes()).lower(lowering_platforms=("tpu",)).as_text()
