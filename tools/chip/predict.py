@@ -1,8 +1,8 @@
 """The package's cost models against what the chip measured: for each benchmark record of a kernel that has
-a model (the grouped matmul's tiles, the LM head's kernels and chunked scheme, distillation's kernels and stored
-scheme), the seconds `tokamax.roofline` predicts on the measured chip with its calibrated figures, the way the
-package itself chooses (the tiles and blocks it would pick at that shape). Splash attention ("tokamax": upstream's
-kernel at upstream's blocks) by `splash.cost`."""
+a model (the grouped matmul's tiles, the LM head's kernels and chunked scheme, TRL's statistics on the kernels and
+the stored scheme, distillation's kernels and stored scheme), the seconds `tokamax.roofline` predicts on the
+measured chip with its calibrated figures, the way the package itself chooses (the tiles and blocks it would pick
+at that shape). Splash attention ("tokamax": upstream's kernel at upstream's blocks) by `splash.cost`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import re
 from types import ModuleType
 from typing import Any
 
-from .models import ATTENTION, DISTILL, EXPERTS, HEADS
+from .models import ATTENTION, DISTILL, EXPERTS, HEADS, STATISTICS
 
 BEFORE_TILES = (128, 128, 128)  # upstream's default tiles, what the grouped matmul ran before the rule
 TILES = {"a9c94e4": "before", "9410969": "rule"}
@@ -37,6 +37,7 @@ RAN_OTHERWISE = {
     ("bf5a22b", "lm_head_loss", "tokamax"): "the kernels' bodies looped over 256 columns (now 1024)",
     ("bf5a22b", "lm_head_loss", "tokamax (kernels)"): "the kernels' bodies looped over 256 columns (now 1024)",
     ("bf5a22b", "distillation", "tokamax"): "the kernels' bodies looped over 256 columns (now 1024)",
+    ("bf5a22b", "lm_head_statistics", "tokamax"): "the kernels' bodies looped over 256 columns (now 1024)",
     ("8b33815", "lm_head_loss", "tokamax (columns of 256)"): "a narrower loop than the package's",
     ("8b33815", "lm_head_loss", "tokamax (columns of 512)"): "a narrower loop than the package's",
 }
@@ -122,6 +123,21 @@ def _head(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
     return None
 
 
+def _statistics(tk: ModuleType, r: dict, chip: Any) -> float | None:
+    """TRL's statistics: the kernels' roofline ("tokamax", the package's default, and "tokamax (kernels)"), or the
+    stored scheme's (`lm_head.stored.cost`, at the chunk `stored.chunk` takes) for "tokamax (stored)"."""
+    h = _shape(r["case"], STATISTICS)
+    lm = tk.lm_head
+    if r["impl"] == "tokamax (stored)":
+        chunk = lm.stored.chunk(h.rows, h.vocab, 2, chip, h.hidden)
+        return lm.stored.cost(h.rows, h.hidden, h.vocab, 2, chunk, backward=r["pass"] != "fwd").seconds(chip)
+    if r["impl"] not in ("tokamax", "tokamax (kernels)"):
+        return None
+    costs = lm.plan.choose(h.rows, h.hidden, h.vocab, 2, chip).costs(h.hidden, h.vocab, 2)
+    names = ("forward",) if r["pass"] == "fwd" else tuple(costs)
+    return sum(costs[n].seconds(chip) for n in names)
+
+
 def _distill(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
     """The kernels' roofline, or the stored scheme's (`distill.cost.stored`) where the record ran it: "tokamax
     (stored)", and "tokamax" where `distill.stored.choose` takes it, in runs after `AUTO_KERNELS`."""
@@ -162,6 +178,8 @@ def predicted(tk: ModuleType, r: dict, *, commit: str) -> float | None:
         return _grouped(tk, r, chip, tiles_of(commit), lookahead, commit)
     if r["op"] == "lm_head_loss":
         return _head(tk, r, chip, commit)
+    if r["op"] == "lm_head_statistics":
+        return _statistics(tk, r, chip)
     if r["op"] == "distillation" and r["impl"] in DISTILL_IMPLS:
         return _distill(tk, r, chip, commit)
     if r["op"] == "attention":

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from .numerics import U
-from .test_kernels import _operands
+from .reference import operands
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_the_chunked_scheme_gives_what_xla_accumulates(kernel, emulation, accumu
     real = accumulate.into  # the kernel itself, wrapped below to count its calls
     for vocab in (1280, 1000):
         rows, hidden = 300, 128
-        x, w, b, targets = _operands(rows, hidden, vocab, seed=11)
+        x, w, b, targets = operands(rows, hidden, vocab, seed=11)
         x, w = jnp.asarray(x, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)
         m = np.ones(rows, np.float32)
         out, calls = {}, {}

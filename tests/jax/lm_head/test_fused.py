@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from .numerics import U
-from .test_kernels import _operands
+from .reference import operands
 
 SCHEMES = {"chunked": 128, "kernels": None}
 
@@ -46,7 +46,7 @@ def _reference(x, w, b, targets, m, transform, z_loss, eps):  # noqa: ANN001, AN
 def test_loss_and_gradients_match_float64(kernel, emulation, scheme, z_loss, eps, cap):
     lm_head = kernel.lm_head
     rows, hidden, vocab = 300, 128, 1000  # 3 chunks of 128 over 300 rows; vocabulary off the lanes
-    x, w, b, targets = _operands(rows, hidden, vocab, seed=5)
+    x, w, b, targets = operands(rows, hidden, vocab, seed=5)
     m = (np.random.default_rng(6).random(rows) > 0.25).astype(np.float32)  # a quarter ignored
     targets[m == 0] = -100  # never read where ignored
     t = lm_head.LogitTransform.of(soft_cap=cap, temperature=0.7) if cap else lm_head.IDENTITY
@@ -70,7 +70,7 @@ def test_loss_and_gradients_match_float64(kernel, emulation, scheme, z_loss, eps
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_a_frozen_head_gets_dx_alone(kernel, emulation, scheme):
     lm_head = kernel.lm_head
-    x, w, _, targets = _operands(200, 128, 384, seed=8)
+    x, w, _, targets = operands(200, 128, 384, seed=8)
     m = np.ones(200, np.float32)
     with emulation.interpret_on_cpu("v6e"):
         loss, dx, dw, db = jax.jit(lambda x, w: lm_head.fused.loss_and_grads(
@@ -143,7 +143,7 @@ def test_a_target_outside_the_vocabulary_is_refused_on_the_host_and_nan_when_tra
     the -1, silently, where the kernels give NaN; now both refuse host values naming them and, traced, give a NaN
     loss and the other rows' gradients (the row adds none), as float64's with that row dropped."""
     lm_head = kernel.lm_head
-    x, w, b, targets = _operands(64, 128, 300, seed=9)
+    x, w, b, targets = operands(64, 128, 300, seed=9)
     m = np.ones(64, np.float32)
     m[5] = 0.0
     targets[5] = -100  # ignored: never read
@@ -174,7 +174,7 @@ def test_the_pair_accumulator_gives_dw_within_one_rounding_of_the_float32_one(ke
 
     lm_head = kernel.lm_head
     rows, hidden, vocab = 300, 128, 1000
-    x, w, b, targets = _operands(rows, hidden, vocab, seed=7)
+    x, w, b, targets = operands(rows, hidden, vocab, seed=7)
     x, w = jnp.asarray(x, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)
     m = np.ones(rows, np.float32)
     out = {}

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from .numerics import U, confident_logits, entropy_bound
+from .reference import gradients, operands, reference
 
 # f32 operands, exact f32 matmuls in interpret mode: tiled summation order and the online softmax only
 # (~1e-6 relative); sum_logits adds vocab terms of O(1), dw sums rows of O(1)
@@ -26,49 +27,7 @@ TRANSFORMS = {"plain": dict(), "scale": dict(scale=0.125), "cap-temperature": di
                                                                                    temperature=0.7)}
 
 
-def _operands(rows: int, hidden: int, vocab: int, seed: int, dtype=np.float32):  # noqa: ANN001, ANN202
-    r = np.random.default_rng(seed)
-    x = (r.standard_normal((rows, hidden)) / np.sqrt(hidden)).astype(dtype)
-    w = r.standard_normal((vocab, hidden)).astype(dtype)
-    b = (r.standard_normal(vocab) / 4).astype(np.float32)
-    targets = r.integers(0, vocab, rows).astype(np.int32)
-    return x, w, b, targets
-
-
-def _reference(x, w, b, targets, transform):  # noqa: ANN001, ANN202
-    """The statistics and z, p in float64, from the definitions."""
-    raw = np.asarray(x, np.float64) @ np.asarray(w, np.float64).T + (0 if b is None else np.asarray(b, np.float64))
-    z = transform.post * np.tanh(transform.pre * raw) if transform.tanh else transform.pre * transform.post * raw
-    top = z.max(1, keepdims=True)
-    lse = np.log(np.exp(z - top).sum(1)) + top[:, 0]
-    p = np.exp(z - lse[:, None])
-    rows = np.arange(len(targets))
-    first_max = np.argmax(z, 1)  # numpy's argmax: the first maximum
-    stats = dict(lse=lse, target_logit=z[rows, targets], mean_logit=(p * z).sum(1), entropy=lse - (p * z).sum(1),
-                 log_sum_sq_probs=np.log((p * p).sum(1)), sum_logits=z.sum(1),
-                 top1=(first_max == targets).astype(np.float64))
-    return stats, z, p, raw
-
-
-def _gradients(x, w, b, targets, transform, cotangents, g_raw_only=False):  # noqa: ANN001, ANN202
-    """d(sum_r g_lse lse + g_t z_t + g_h H + g_sum sum z)/d(x, w, b) in float64 (H the entropy); or the
-    gradient of the raw logits alone."""
-    stats, z, p, raw = _reference(x, w, b, targets, transform)
-    g_lse, g_t, g_h, g_sum = (np.asarray(c, np.float64)[:, None] for c in cotangents)
-    onehot = np.zeros_like(z)
-    onehot[np.arange(len(targets)), targets] = 1
-    log_p = z - stats["lse"][:, None]
-    g_z = g_lse * p + g_t * onehot + g_sum - g_h * p * (log_p + stats["entropy"][:, None])
-    if transform.tanh:
-        g_raw = g_z * transform.post * transform.pre * (1 - np.tanh(transform.pre * raw) ** 2)
-    else:
-        g_raw = g_z * transform.pre * transform.post
-    if g_raw_only:
-        return g_raw
-    return g_raw @ np.asarray(w, np.float64), g_raw.T @ np.asarray(x, np.float64), g_raw.sum(0)
-
-
-def _stats_and_gradients(lm_head, emulation, x, w, b, targets, t, cotangents):  # noqa: ANN001, ANN202
+def _stats_andgradients(lm_head, emulation, x, w, b, targets, t, cotangents):  # noqa: ANN001, ANN202
     """The kernels' statistics and their VJP for `cotangents`, in interpret mode as v6e."""
     def run(x, w, b):  # noqa: ANN001, ANN202
         stats = lm_head.row_stats(x, w, b, targets, t)
@@ -83,15 +42,15 @@ def _stats_and_gradients(lm_head, emulation, x, w, b, targets, t, cotangents):  
 def test_statistics_and_gradients_match_float64(kernel, emulation, transform, rows, hidden, vocab, bias):
     lm_head = kernel.lm_head
     t = lm_head.LogitTransform.of(**TRANSFORMS[transform])
-    x, w, b, targets = _operands(rows, hidden, vocab, seed=rows + vocab)
+    x, w, b, targets = operands(rows, hidden, vocab, seed=rows + vocab)
     b = b if bias else None
     r = np.random.default_rng(1)
     cotangents = [r.standard_normal(rows).astype(np.float32) for _ in range(4)]
-    stats, (dx, dw, db) = _stats_and_gradients(lm_head, emulation, x, w, b, targets, t, cotangents)
-    want, _, _, _ = _reference(x, w, b, targets, t)
+    stats, (dx, dw, db) = _stats_andgradients(lm_head, emulation, x, w, b, targets, t, cotangents)
+    want, _, _, _ = reference(x, w, b, targets, t)
     for name in lm_head.OUTPUTS:
         np.testing.assert_allclose(np.asarray(getattr(stats, name)), want[name], err_msg=name, **TOL)
-    want_dx, want_dw, want_db = _gradients(x, w, b, targets, t, cotangents)
+    want_dx, want_dw, want_db = gradients(x, w, b, targets, t, cotangents)
     assert dx.dtype == x.dtype and dw.dtype == w.dtype and db.shape == (vocab,)
     for name, got, expected in (("dx", dx, want_dx), ("dw", dw, want_dw), ("db", db, want_db)):
         np.testing.assert_allclose(np.asarray(got), expected, err_msg=name, rtol=1e-4, atol=1e-4)
@@ -107,14 +66,14 @@ def test_the_outputs_keep_their_old_positions(kernel, emulation):
     assert lm_head.OUTPUTS == ("lse", "target_logit", "mean_logit", "log_sum_sq_probs", "sum_logits", "top1",
                                "entropy")
     assert lm_head.RowStats._fields == lm_head.OUTPUTS
-    x, w, b, targets = _operands(37, 64, 200, seed=13)
+    x, w, b, targets = operands(37, 64, 200, seed=13)
     g = np.random.default_rng(4).standard_normal(37).astype(np.float32)
     with emulation.interpret_on_cpu("v6e"):
         out = jax.jit(lm_head.row_stats)(x, w, b, targets)
         dx, dw, db = jax.jit(jax.grad(lambda x, w, b: (g * lm_head.statistics(x, w, b, targets)[2]).sum(),
                                       argnums=(0, 1, 2)))(x, w, b)
     lse, target_logit, mean_logit, log_sum_sq_probs, sum_logits, top1, entropy = out
-    want, z, p, _ = _reference(x, w, b, targets, lm_head.IDENTITY)
+    want, z, p, _ = reference(x, w, b, targets, lm_head.IDENTITY)
     for name, got in (("lse", lse), ("mean_logit", mean_logit), ("sum_logits", sum_logits), ("entropy", entropy)):
         np.testing.assert_allclose(np.asarray(got), want[name], err_msg=name, **TOL)
     g_z = g[:, None] * p * (1 + z - want["mean_logit"][:, None])
@@ -127,7 +86,7 @@ def test_statistics_of_a_head_without_a_bias_differentiate(kernel, emulation):
     """`statistics(x, w, None, t)` passed its checks and failed in the backward (the bias's cotangent cast to
     the dtype of a bias that is None): now its gradients in x and w are float64's, and the bias gets none."""
     lm_head = kernel.lm_head
-    x, w, _, targets = _operands(37, 64, 200, seed=12)
+    x, w, _, targets = operands(37, 64, 200, seed=12)
     r = np.random.default_rng(3)
     cotangents = [r.standard_normal(37).astype(np.float32) for _ in range(4)]
 
@@ -138,28 +97,28 @@ def test_statistics_of_a_head_without_a_bias_differentiate(kernel, emulation):
 
     with emulation.interpret_on_cpu("v6e"):
         dx, dw, db = jax.jit(jax.grad(weighted, argnums=(0, 1, 2)))(x, w, None)
-    want_dx, want_dw, _ = _gradients(x, w, None, targets, lm_head.IDENTITY, cotangents)
+    want_dx, want_dw, _ = gradients(x, w, None, targets, lm_head.IDENTITY, cotangents)
     assert db is None
     for name, got, expected in (("dx", dx, want_dx), ("dw", dw, want_dw)):
         np.testing.assert_allclose(np.asarray(got), expected, err_msg=name, rtol=1e-4, atol=1e-4)
 
 
-def test_bf16_operands(kernel, emulation):
+def test_bf16operands(kernel, emulation):
     """bf16 x and w (the reference takes the same bf16 values): float32 accumulators, so the statistics are
     as exact as for f32; the gradient block enters the MXU in bf16 (as TRL rounds its tiles to the compute
     dtype) and the gradients come back in bf16: errors of 2^-8 of the largest gradient, not of each."""
     lm_head = kernel.lm_head
-    x, w, b, targets = _operands(64, 128, 256, seed=3, dtype=jnp.bfloat16)
+    x, w, b, targets = operands(64, 128, 256, seed=3, dtype=jnp.bfloat16)
     t = lm_head.LogitTransform.of(soft_cap=30.0)
     ones = [np.ones(64, np.float32)] * 4
     with emulation.interpret_on_cpu("v6e"):
         stats = jax.jit(lambda x, w: lm_head.row_stats(x, w, None, targets, t))(x, w)
         dx, dw, _ = jax.jit(lambda x, w, lse, m: lm_head.row_stats_vjp(x, w, None, targets, lse, m, *ones, t))(
             x, w, stats.lse, stats.entropy)
-    want, _, _, _ = _reference(x, w, None, targets, t)
+    want, _, _, _ = reference(x, w, None, targets, t)
     for name in ("lse", "target_logit", "entropy", "log_sum_sq_probs"):
         np.testing.assert_allclose(np.asarray(getattr(stats, name)), want[name], rtol=1e-5, atol=1e-4, err_msg=name)
-    want_dx, want_dw, _ = _gradients(x, w, None, targets, t, ones)
+    want_dx, want_dw, _ = gradients(x, w, None, targets, t, ones)
     assert dx.dtype == dw.dtype == jnp.bfloat16
     for name, got, want_g in (("dx", dx, want_dx), ("dw", dw, want_dw)):
         np.testing.assert_allclose(np.asarray(got, np.float64), want_g, rtol=2e-2, atol=8e-3 * np.abs(want_g).max(),
@@ -258,7 +217,7 @@ def test_wide_blocks_over_an_odd_vocabulary_read_the_last_block_in_place(kernel,
     columns of x.T)."""
     lm_head = kernel.lm_head
     rows, vocab = 300, 1000
-    x, w, b, targets = _operands(rows, hidden, vocab, seed=11, dtype=dtype)
+    x, w, b, targets = operands(rows, hidden, vocab, seed=11, dtype=dtype)
     targets[:4] = [vocab - 1, vocab - 24, 0, 511]
     blocks = lm_head.Blocks
     plan = lm_head.Plan(512, blocks(256, 512), blocks(512, 512), blocks(128, 1024), transposed)
@@ -273,12 +232,12 @@ def test_wide_blocks_over_an_odd_vocabulary_read_the_last_block_in_place(kernel,
 
     with emulation.interpret_on_cpu("v6e"):
         stats, (dx, dw, db) = jax.jit(run)(x, w, b)
-    want, _, _, _ = _reference(x, w, b, targets, t)
+    want, _, _, _ = reference(x, w, b, targets, t)
     for name in lm_head.OUTPUTS:
         np.testing.assert_allclose(np.asarray(getattr(stats, name)), want[name], err_msg=name, **TOL)
-    want_dx, want_dw, want_db = _gradients(x, w, b, targets, t, cotangents)
+    want_dx, want_dw, want_db = gradients(x, w, b, targets, t, cotangents)
     assert dw.shape == (vocab, hidden) and db.shape == (vocab,)
-    g_abs = np.abs(_gradients(x, w, b, targets, t, cotangents, g_raw_only=True))
+    g_abs = np.abs(gradients(x, w, b, targets, t, cotangents, g_raw_only=True))
     # float32 sums of n terms: errors of about sqrt(n) u of the terms' magnitudes (plus the few u of each
     # term's own rounding); bf16: the gradient block enters the MXU in bf16 (test_bf16_operands)
     unit = U if dtype == np.float32 else 2.0 ** -8
@@ -409,14 +368,14 @@ def test_padded_rows_add_nothing_to_the_gradients_at_a_large_bias_and_low_temper
     their lse was padded with 0, so p = e^100 = inf and 0 * inf put NaN in dw and db)."""
     lm_head = kernel.lm_head
     rows, hidden, vocab = 37, 64, 256
-    x, w, b, targets = _operands(rows, hidden, vocab, seed=11)
+    x, w, b, targets = operands(rows, hidden, vocab, seed=11)
     x = (x / 10).astype(np.float32)  # raw logits 10 +- ~0.3, so z = 100 +- ~3: a softmax of moderate spread
     b = (10.0 + b / 2.5).astype(np.float32)
     t = lm_head.LogitTransform.of(temperature=0.1)
     r = np.random.default_rng(2)
     cotangents = [r.standard_normal(rows).astype(np.float32) for _ in range(4)]
-    stats, grads = _stats_and_gradients(lm_head, emulation, x, w, b, targets, t, cotangents)
-    for name, got, want in zip(("dx", "dw", "db"), grads, _gradients(x, w, b, targets, t, cotangents), strict=True):
+    stats, grads = _stats_andgradients(lm_head, emulation, x, w, b, targets, t, cotangents)
+    for name, got, want in zip(("dx", "dw", "db"), grads, gradients(x, w, b, targets, t, cotangents), strict=True):
         finite = np.isfinite(np.asarray(got))
         assert finite.all(), f"{name}: {finite.size - finite.sum()} of {finite.size} not finite"
         # z ~ 100 is float32 to 2^-24 * 100 ~ 6e-6 (the bias's rounding in the sum, times 10), and lse likewise:
@@ -466,7 +425,7 @@ def test_targets_outside_the_vocabulary_are_refused_on_the_host_and_nan_when_tra
     values (numpy, CPU arrays) are refused naming them; traced ones make every statistic of the row NaN and
     the row passes no gradient, so masking it after leaves the others' gradients as they were."""
     lm_head = kernel.lm_head
-    x, w, b, targets = _operands(16, 64, 200, seed=4)
+    x, w, b, targets = operands(16, 64, 200, seed=4)
     wrong = targets.copy()
     wrong[[3, 9]] = [-1, 200]
     with emulation.interpret_on_cpu("v6e"):

@@ -1,8 +1,9 @@
 """The LM head: the labels path's loss (`lm_head.fused.loss_and_grads`: gradients made in the forward) and
-TRL's statistics (`lm_head.statistics`), against XLA's plain formulation with float32 [rows, vocab] logits
-materialized (what transformers' loss and TRL's function compute); and distillation's divergence
-(`tokamax.distill.divergence`, the generalized JSD: the package's choice "tokamax", the stored scheme and the
-kernels forced) against the same loss written plainly in XLA."""
+TRL's statistics (`lm_head.statistics`: the package's default, the kernels, and "tokamax (stored)", its stored
+scheme), against XLA's plain formulation with float32 [rows, vocab] logits materialized (what transformers' loss
+and TRL's function compute); and distillation's divergence (`tokamax.distill.divergence`, the generalized JSD:
+the package's choice "tokamax", the stored scheme and the kernels forced) against the same loss written plainly
+in XLA."""
 
 from __future__ import annotations
 
@@ -108,9 +109,11 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
         yield Workload("lm_head_loss", case, "xla", "fwd+bwd",
                        lambda m=make: (with_grads(xla_loss, (0, 1)), m()), 3 * flops)
 
-    def statistics(x: jax.Array, w: jax.Array, b: jax.Array, t: jax.Array) -> jax.Array:
-        s = lm_head.statistics(x, w, b, t)
-        return -(s.target_logit - s.lse).sum() + s.entropy.sum()
+    def statistics(scheme: str):  # noqa: ANN202
+        def loss(x: jax.Array, w: jax.Array, b: jax.Array, t: jax.Array) -> jax.Array:
+            s = lm_head.statistics(x, w, b, t, scheme=scheme)
+            return -(s.target_logit - s.lse).sum() + s.entropy.sum()
+        return loss
 
     for h in STATISTICS:
         case = f"{h.model} head (TRL's statistics): {h.rows} rows, hidden {h.hidden}, vocabulary {h.vocab}"
@@ -118,7 +121,9 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
             x, w, t = _head_args(h.rows, h.hidden, h.vocab)
             return x, w, jnp.zeros((h.vocab,), jnp.float32), t
         flops = 2 * h.rows * h.hidden * h.vocab
-        for impl, fn in (("tokamax", statistics), ("xla", xla_statistics)):
+        impls = (("tokamax", statistics("kernels")), ("tokamax (stored)", statistics("stored")),
+                 ("xla", xla_statistics))
+        for impl, fn in impls:
             yield Workload("lm_head_statistics", case, impl, "fwd", lambda m=make, fn=fn: (fn, m()), flops)
             yield Workload("lm_head_statistics", case, impl, "fwd+bwd",
                            lambda m=make, fn=fn: (with_grads(fn, (0, 1)), m()), 3 * flops)

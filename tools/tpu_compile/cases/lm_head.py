@@ -34,18 +34,20 @@ LARGEST_HIDDEN = {"v5e": 52224, "v6e": 52224, "v7x": 25984}
 # multiple of 64, `blocks.choose` accepts. libtpu needs ~13% less there than the estimate, so the next is
 # refused by the kernel though libtpu would compile it.
 LARGEST_TRANSPOSED_HIDDEN = {"v5e": 52128, "v6e": 52128, "v7x": 25888}
+STORED = (m.QWEN3_8B, 2048)  # TRL's statistics in the stored scheme, where p and G fit an eighth of the v5e's HBM
 BOUNDARY_VOCAB = 32000
 REFUSAL = "tokamax lm_head: a hidden size of"
 
 
-def step(kernel: Any, mesh: Any, hidden: int, vocab: int, tokens: int = TOKENS
+def step(kernel: Any, mesh: Any, hidden: int, vocab: int, tokens: int = TOKENS, scheme: str = "kernels"
          ) -> tuple[Any, list[jax.ShapeDtypeStruct]]:
-    """d/d(x, w) of sum(lse - target logit) - 0.1 sum(entropy) over `tokens` (a head without a bias)."""
+    """d/d(x, w) of sum(lse - target logit) - 0.1 sum(entropy) over `tokens` (a head without a bias), in
+    `lm_head.statistics`' `scheme`."""
     specs = [spec(mesh, (tokens, hidden), jnp.bfloat16), spec(mesh, (vocab, hidden), jnp.bfloat16),
              spec(mesh, (tokens,), jnp.int32)]
 
     def loss(x: Any, w: Any, targets: Any) -> Any:
-        stats = kernel.lm_head.statistics(x, w, jnp.zeros((vocab,), jnp.float32), targets)
+        stats = kernel.lm_head.statistics(x, w, jnp.zeros((vocab,), jnp.float32), targets, scheme=scheme)
         return jnp.sum(stats.lse - stats.target_logit) - 0.1 * jnp.sum(stats.entropy)
 
     return jax.grad(loss, argnums=(0, 1)), specs
@@ -92,6 +94,32 @@ def _no_copies(outcome: Any) -> None:
     check_all(outcome, kernels=3, temp_below=64 * MiB)
 
 
+_STORED_BOUND: dict[str, int] = {}
+"""What `lm_head.stored.temporaries` counts per chip at the stored case's shape (noted when its case is built)."""
+
+
+def _stored_build(chip: str, hidden: int, vocab: int, tokens: int) -> Any:
+    def build(kernel: Any, mesh: Any) -> tuple[Any, list[jax.ShapeDtypeStruct]]:
+        stored = kernel.lm_head.stored
+        with kernel.emulation.emulated_chip(chip):
+            on = kernel.lm_head.cost.chip()
+        chunk = stored.chunk(tokens, vocab, 2, on, hidden)
+        _STORED_BOUND[chip] = stored.temporaries(tokens, vocab, 2, chunk, hidden, on.kind)
+        return step(kernel, mesh, hidden, vocab, tokens, scheme="stored")
+    return build
+
+
+def _stored_check(chip: str) -> Any:
+    """XLA's ops alone, and temporaries within what `lm_head.stored.temporaries` counts at the chunk `stored.chunk`
+    takes on `chip` (p, G and one chunk's float32 logits; within an eighth of the chip's HBM)."""
+    def check(outcome: Any) -> None:
+        assert outcome.hlo["tpu_custom_call"] == 0, f"{outcome.name}: {outcome.hlo['tpu_custom_call']} kernels"
+        bound = _STORED_BOUND[chip] + 64 * MiB  # and the per-row vectors, x laid out by chunks (v7x: 16 MiB)
+        assert outcome.memory["temp"] <= bound, \
+            f"{outcome.name}: {outcome.memory['temp'] / MiB:.0f} MiB temp, the scheme counts {bound / MiB:.0f} MiB"
+    return check
+
+
 def cases() -> list[Case]:
     out = []
     for model in MODELS:
@@ -102,6 +130,11 @@ def cases() -> list[Case]:
         out += on_chips(lambda chip, model=model: Case(
             f"lm_head/step-{STEP_TOKENS}/{model.name}/h{model.hidden}-v{model.vocab}/fwd+bwd", "lm_head", model.name,
             chip, _step_build(chip, model.hidden, model.vocab), check=_step_check(chip, model.hidden, model.vocab)))
+    model, tokens = STORED
+    out += on_chips(lambda chip: Case(
+        f"lm_head/stored-{tokens}/{model.name}/h{model.hidden}-v{model.vocab}/fwd+bwd", "lm_head", model.name, chip,
+        _stored_build(chip, model.hidden, model.vocab, tokens), check=_stored_check(chip), xla_only=True,
+        tier="default" if chip == "v5e" else "all"))
     largest = [(chip, hidden, 128) for chip, hidden in LARGEST_HIDDEN.items()]
     largest += [(chip, hidden, 64) for chip, hidden in LARGEST_TRANSPOSED_HIDDEN.items()]
     for chip, hidden, step_ in largest:

@@ -122,8 +122,8 @@ def _iota(shape: tuple[int, int], axis: int, block: int, index: jax.Array) -> ja
     return jax.lax.broadcasted_iota(jnp.int32, shape, axis) + index * block
 
 
-def _log_mixture(log_ps: jax.Array, log_pt: jax.Array, beta: float) -> jax.Array:
-    """log((1 - beta) p_s + beta p_t), for 0 < beta < 1."""
+def log_mixture(log_ps: jax.Array, log_pt: jax.Array, beta: float) -> jax.Array:
+    """log((1 - beta) p_s + beta p_t), for 0 < beta < 1 (finite where both underflow); the stored scheme's too."""
     a, b = log_ps + math.log1p(-beta), log_pt + math.log(beta)
     return jnp.maximum(a, b) + jnp.log1p(jnp.exp(-jnp.abs(a - b)))
 
@@ -185,7 +185,7 @@ def forward(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.
                 def _second_sweep() -> None:
                     log_ps = zs - (ms[...] + jnp.log(ss[...]))[:, None]
                     log_pt = zt - (mt[...] + jnp.log(st[...]))[:, None]
-                    log_m = _log_mixture(log_ps, log_pt, beta)
+                    log_m = log_mixture(log_ps, log_pt, beta)
                     kl_s = jnp.exp(log_ps) * (log_ps - log_m)
                     terms = beta * jnp.exp(log_pt) * (log_pt - log_m) + (1.0 - beta) * kl_s
                     acc[...] += jnp.sum(keep(terms), axis=1)
@@ -248,7 +248,7 @@ def _gradient_block(refs: tuple, i: jax.Array, j: jax.Array, offset, width: int,
     elif setting.kind == "reverse_kl":
         d = ps * (log_ps - log_pt - aux[...][:, None])
     else:
-        d = (1.0 - setting.beta) * ps * (log_ps - _log_mixture(log_ps, log_pt, setting.beta) - aux[...][:, None])
+        d = (1.0 - setting.beta) * ps * (log_ps - log_mixture(log_ps, log_pt, setting.beta) - aux[...][:, None])
     g = (g_div[...][:, None] * d - g_ent[...][:, None] * ps * (log_ps + ent[...][:, None])) * dzs
     valid = None
     if vocab % blocks.vocab:

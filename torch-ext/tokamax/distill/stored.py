@@ -29,17 +29,16 @@ and its roofline beats the kernels'; else None (the kernels). `tools.chip bench`
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 
 from .. import roofline
 from ..lm_head.blocks import round_up
-from ..lm_head.fused import HBM_SHARE
+from ..lm_head.cost import HBM_SHARE
+from ..lm_head.softmax import log_softmax
 from . import blocks, cost
 from .blocks import Sizes
-from .kernels import Setting
+from .kernels import Setting, log_mixture
 
 CHUNKS = (1024, 512, 256)
 """Chunk rows, largest first: each chunk re-reads both weights (1.9 GB at student 2048, teacher 4096, vocabulary
@@ -91,28 +90,12 @@ def _logits(x: jax.Array, w: jax.Array, b: jax.Array, transform) -> tuple[jax.Ar
     return transform(raw)
 
 
-def _log_mixture(log_ps: jax.Array, log_pt: jax.Array, beta: float) -> jax.Array:
-    """log((1 - beta) p_s + beta p_t), for 0 < beta < 1 (finite where both underflow)."""
-    a, b = log_ps + math.log1p(-beta), log_pt + math.log(beta)
-    return jnp.maximum(a, b) + jnp.log1p(jnp.exp(-jnp.abs(a - b)))
-
-
-def _log_softmax(z: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(log p, the log-sum-exp, the entropy) per row from the logits shifted by their maximum (z - lse would add
-    the maximum's rounding to every element); the entropy as the kernels take it, log s - sum p (z - max)."""
-    top = jnp.max(z, axis=1, keepdims=True)
-    shifted = z - top
-    log_s = jnp.log(jnp.sum(jnp.exp(shifted), axis=1, keepdims=True))
-    log_p = shifted - log_s
-    return log_p, (top + log_s)[:, 0], log_s[:, 0] - jnp.sum(jnp.exp(log_p) * shifted, axis=1)
-
-
 def _chunk(setting: Setting, dtype: jnp.dtype, xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array,
            wt: jax.Array, bt: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array]:
     """One chunk's five per-row outputs and its Q."""
     zs, dz = _logits(xs, ws, bs, setting.student)
     zt, _ = _logits(xt, wt, bt, setting.teacher)
-    (log_ps, lse_s, entropy), (log_pt, lse_t, _) = _log_softmax(zs), _log_softmax(zt)
+    (log_ps, lse_s, entropy), (log_pt, lse_t, _) = log_softmax(zs), log_softmax(zt)
     ps, pt = jnp.exp(log_ps), jnp.exp(log_pt)
     beta = setting.beta
     if setting.kind == "forward_kl":
@@ -122,7 +105,7 @@ def _chunk(setting: Setting, dtype: jnp.dtype, xs: jax.Array, ws: jax.Array, bs:
         div = jnp.sum(ps * (log_ps - log_pt), axis=1)
         aux, q = div, ps * (log_ps - log_pt - div[:, None])
     else:
-        log_m = _log_mixture(log_ps, log_pt, beta)
+        log_m = log_mixture(log_ps, log_pt, beta)
         aux = jnp.sum(ps * (log_ps - log_m), axis=1)  # KL(p_s || m)
         div = beta * jnp.sum(pt * (log_pt - log_m), axis=1) + (1.0 - beta) * aux
         q = (1.0 - beta) * ps * (log_ps - log_m - aux[:, None])

@@ -46,6 +46,9 @@ matmul peak (`roofline.scaled`), the rule the one measured chip cannot yet refut
 ROW_VECTORS = {"forward": 1, "backward_x": 6, "backward_w": 6}  # targets; + lse and the coefficients a, b, c, d
 OUTPUT_VECTORS = 6  # the forward's per-row statistics (kernels.FORWARD_OUTPUTS)
 F32 = 4
+HBM_SHARE = 8
+"""The temporaries of a scheme that holds [rows, vocab] or [vocab, hidden] arrays (the LM head's chunked and stored
+schemes, distillation's stored one) may take 1/HBM_SHARE of the chip's HBM (the rest is the model's)."""
 @dataclasses.dataclass(frozen=True)
 class KernelCost:
     """One kernel's cost over its whole grid."""

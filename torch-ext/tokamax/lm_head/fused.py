@@ -43,7 +43,7 @@ from . import accumulate
 from . import plan as plans
 from . import targets as target_checks
 from .blocks import round_up
-from .cost import Chip, chip
+from .cost import HBM_SHARE, Chip, chip
 from .stats import _check, row_stats, row_stats_vjp
 from .transform import LogitTransform
 
@@ -58,10 +58,6 @@ v5e-2026-12-04-bench-a9c94e4.json): the chunked scheme ran 29.8 ms over its roof
 chunks of 2048 (8.4 passes over its 2.1 GB accumulator), 60.7 and 67.1 ms at Qwen3 8B's in chunks of 8192 and
 2048 (14.4 and 15.9 passes over 2.5 GB), and at its roofline in one chunk (no accumulator); 12 puts all four
 within 8%."""
-HBM_SHARE = 8
-"""The chunked scheme's temporaries may take 1/HBM_SHARE of the chip's HBM (the rest is the model's)."""
-
-
 @dataclasses.dataclass(frozen=True)
 class ChunkedCost:
     """The chunked scheme's cost over a step (as `cost.KernelCost`'s roofline counts it)."""

@@ -21,6 +21,9 @@ make p = e^z, which overflows at a bias of 10 and a temperature of 0.1), the bia
 the widest vocabulary grid. The weight is never copied (the kernels read the vocabulary's last block in
 place and mask it), except a weight of fewer than 128 rows, padded to 128.
 
+Two schemes for `statistics` (`SCHEMES`): the kernels, and `stored` (plain XLA in chunks of rows, the softmax
+kept for the backward: three matmuls, p [rows, vocab] in x's dtype held from the forward to the backward).
+
 Layout: where the hidden size is not a multiple of 128 (`plan.transposed`) the kernels get x.T and w.T
 and give dx.T and dw.T, transposed back here: on a TPU, whose default layout of such an array is
 column-major, each of those transposes is a bitcast, not a copy (gpt-oss's hidden 2880: 2.3 GiB of
@@ -35,7 +38,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from . import kernels
+from . import kernels, stored
 from . import plan as plans
 from . import targets as target_checks
 from .blocks import KERNELS, LANES, round_up
@@ -150,16 +153,27 @@ def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.
     return dx, (dw.T if flip else dw)[:vocab], db[0, :vocab]
 
 
+SCHEMES = ("kernels", "stored")
+
+
 def statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
-               transform: LogitTransform = IDENTITY) -> RowStats:
+               transform: LogitTransform = IDENTITY, *, scheme: str = "kernels") -> RowStats:
     """`row_stats`, differentiable in x, w and b (b [vocab], its gradient in its dtype; None for a head
     without one, which then gets no gradient). The rows of out-of-range targets are NaN and pass no
-    gradient back."""
+    gradient back. `scheme`: "kernels" (ours: no [rows, vocab] array anywhere; the backward computes the
+    logits again) or "stored" (`stored`: plain XLA over chunks of rows keeping p [rows, vocab] in x's dtype
+    for the backward, three matmuls as XLA's formulation; no soft cap)."""
     _check(x, w, b, targets)
+    if scheme not in SCHEMES:
+        raise ValueError(f"tokamax lm_head: scheme must be one of {SCHEMES}, got {scheme!r}")
+    if scheme == "stored" and transform.tanh:
+        raise ValueError("tokamax lm_head: scheme='stored' takes no soft cap (dz/dl then differs per logit, which "
+                         "the stored p does not give back to its dtype's precision); scheme='kernels' does")
     target_checks.refuse("lm_head", targets, w.shape[0])
+    if scheme == "stored":
+        chunk = stored.chunk(x.shape[0], w.shape[0], jnp.dtype(x.dtype).itemsize, chip(), x.shape[1])
+        return _stored_statistics(x, w, b, targets, transform, chunk)
     return _statistics(x, w, b, targets, transform)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def _statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
                 transform: LogitTransform) -> RowStats:
@@ -181,3 +195,41 @@ def _statistics_bwd(transform: LogitTransform, residuals: tuple, cotangents: Row
 
 
 _statistics.defvjp(_statistics_fwd, _statistics_bwd)
+
+
+def _bias(b: jax.Array | None, vocab: int) -> jax.Array:
+    return jnp.zeros((vocab,), jnp.float32) if b is None else b.astype(jnp.float32)
+
+
+def _stored_forward(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, transform: LogitTransform,
+                    chunk: int) -> tuple[RowStats, jax.Array]:
+    vectors, p = stored.forward(x, w, _bias(b, w.shape[0]), targets, transform, chunk)
+    lse, target_logit, entropy, log_sum_sq_probs, sum_logits, top1 = target_checks.nan_rows(
+        list(vectors), targets, w.shape[0])
+    return RowStats(lse, target_logit, lse - entropy, log_sum_sq_probs, sum_logits, top1, entropy), p
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _stored_statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
+                       transform: LogitTransform, chunk: int) -> RowStats:
+    return _stored_forward(x, w, b, targets, transform, chunk)[0]
+
+
+def _stored_statistics_fwd(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
+                           transform: LogitTransform, chunk: int) -> tuple[RowStats, tuple]:
+    stats, p = _stored_forward(x, w, b, targets, transform, chunk)
+    return stats, (x, w, b, targets, p, stats.entropy)
+
+
+def _stored_statistics_bwd(transform: LogitTransform, chunk: int, residuals: tuple, cotangents: RowStats) -> tuple:
+    x, w, b, targets, p, entropy = residuals
+    d_mean = cotangents.mean_logit  # mean_logit = lse - entropy
+    partial = RowStats(None, None, None, None, None, None, entropy)
+    coeffs = coefficients(partial, *(g.astype(jnp.float32) for g in (
+        cotangents.lse + d_mean, cotangents.target_logit, cotangents.entropy - d_mean, cotangents.sum_logits)))
+    _, coeffs = target_checks.dropped(entropy, coeffs, targets, w.shape[0])  # NaN rows add nothing
+    dx, dw, db = stored.backward(x, w, p, targets, tuple(coeffs), transform)
+    return dx, dw, None if b is None else db.astype(b.dtype), None
+
+
+_stored_statistics.defvjp(_stored_statistics_fwd, _stored_statistics_bwd)
