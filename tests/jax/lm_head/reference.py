@@ -46,3 +46,17 @@ def gradients(x, w, b, targets, transform, cotangents, g_raw_only=False):  # noq
     if g_raw_only:
         return g_raw
     return g_raw @ np.asarray(w, np.float64), g_raw.T @ np.asarray(x, np.float64), g_raw.sum(0)
+
+
+def assert_bf16_close(stats, dx, dw, x, w, targets, transform, cotangents):  # noqa: ANN001, ANN201
+    """bf16 x and w against float64 of the same bf16 values: float32 accumulators, so the statistics are as exact as
+    float32's; the gradient enters its matmuls in bf16 (as TRL rounds its logits' gradient to the compute dtype) and
+    the gradients come back in bf16: errors of 2^-8 of the largest gradient, not of each."""
+    want = reference(x, w, None, targets, transform)[0]
+    for name in ("lse", "target_logit", "entropy", "log_sum_sq_probs"):
+        np.testing.assert_allclose(np.asarray(getattr(stats, name)), want[name], rtol=1e-5, atol=1e-4, err_msg=name)
+    want_dx, want_dw, _ = gradients(x, w, None, targets, transform, cotangents)
+    assert str(dx.dtype) == str(dw.dtype) == "bfloat16", (dx.dtype, dw.dtype)
+    for name, got, want_g in (("dx", dx, want_dx), ("dw", dw, want_dw)):
+        np.testing.assert_allclose(np.asarray(got, np.float64), want_g, rtol=2e-2, atol=8e-3 * np.abs(want_g).max(),
+                                   err_msg=name)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from .reference import gradients, operands, reference
+from .reference import assert_bf16_close, gradients, operands, reference
 
 # float32 operands, XLA's float32 matmuls on the CPU: summation order only (~1e-6 relative); p kept in float32
 TOL = dict(rtol=2e-5, atol=5e-5)
@@ -68,14 +68,7 @@ def test_bf16_operands(kernel, monkeypatch):
     ones = [np.ones(64, np.float32)] * 4
     (_, stats), (dx, dw, _) = jax.jit(jax.value_and_grad(_weighted(lm_head, targets, ones, lm_head.IDENTITY),
                                                          argnums=(0, 1, 2), has_aux=True))(x, w, None)
-    want, _, _, _ = reference(x, w, None, targets, lm_head.IDENTITY)
-    for name in ("lse", "target_logit", "entropy", "log_sum_sq_probs"):
-        np.testing.assert_allclose(np.asarray(getattr(stats, name)), want[name], rtol=1e-5, atol=1e-4, err_msg=name)
-    want_dx, want_dw, _ = gradients(x, w, None, targets, lm_head.IDENTITY, ones)
-    assert dx.dtype == dw.dtype == jnp.bfloat16
-    for name, got, want_g in (("dx", dx, want_dx), ("dw", dw, want_dw)):
-        np.testing.assert_allclose(np.asarray(got, np.float64), want_g, rtol=2e-2, atol=8e-3 * np.abs(want_g).max(),
-                                   err_msg=name)
+    assert_bf16_close(stats, dx, dw, x, w, targets, lm_head.IDENTITY, ones)
 
 
 @pytest.mark.kernels_ci

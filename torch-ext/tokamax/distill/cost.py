@@ -25,6 +25,7 @@ from jax.experimental import pallas as pl
 
 from .. import roofline
 from ..lm_head.blocks import round_up
+from ..lm_head.cost import StoredCost
 from .blocks import Blocks, Sizes
 
 F32 = 4
@@ -127,23 +128,6 @@ rows, student 2048, teacher 4096, vocabulary 151,936 against a roofline of 46.2 
 it the forward and backward (94.1 ms measured) is predicted at 88.8. Other chips: scaled by their matmul peak."""
 
 
-@dataclasses.dataclass(frozen=True)
-class StoredCost:
-    """The stored scheme's cost over a forward and backward (XLA's ops: no grid steps)."""
-
-    chunk: int
-    flops: int
-    bytes_accessed: int
-    temp_bytes: int
-    logits: int = 0  # both models' logits the forward's vector work goes over
-
-    def seconds(self, on: roofline.Chip) -> float:
-        """The roofline, plus the forward's vector work (`STORED_VECTOR_SECONDS` per logit), which the matmuls do
-        not hide."""
-        return roofline.seconds(self.flops, self.bytes_accessed, 0, on,
-                                serial=self.logits * roofline.scaled(STORED_VECTOR_SECONDS, on))
-
-
 def stored(sizes: Sizes, chunk: int, *, weight_grad: bool = True, bias_grad: bool = False,
            backward: bool = True) -> StoredCost:
     """The stored scheme in chunks of `chunk` rows (the rows padded to a multiple). Flops: both models' logits,
@@ -169,4 +153,5 @@ def stored(sizes: Sizes, chunk: int, *, weight_grad: bool = True, bias_grad: boo
             flops += 2 * rows * sizes.vocab * sizes.student_hidden
         if bias_grad:
             moved += q + sizes.vocab * F32
-    return StoredCost(chunk, flops, moved, q + FORWARD_OUTPUTS * rows * F32 + logits, 2 * rows * sizes.vocab)
+    return StoredCost(chunk, flops, moved, q + FORWARD_OUTPUTS * rows * F32 + logits, 2 * rows * sizes.vocab,
+                      STORED_VECTOR_SECONDS)

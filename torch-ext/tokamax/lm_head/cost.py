@@ -50,6 +50,24 @@ HBM_SHARE = 8
 """The temporaries of a scheme that holds [rows, vocab] or [vocab, hidden] arrays (the LM head's chunked and stored
 schemes, distillation's stored one) may take 1/HBM_SHARE of the chip's HBM (the rest is the model's)."""
 @dataclasses.dataclass(frozen=True)
+class StoredCost:
+    """A stored scheme's cost over a step: XLA's ops over chunks of rows (the LM head's statistics, distillation's
+    divergence), so no grid steps; the roofline plus `seconds_per_logit` of vector work over each logit of the
+    forward that its matmuls do not hide (measured on the v5e; other chips by `roofline.scaled`)."""
+
+    chunk: int
+    flops: int
+    bytes_accessed: int
+    temp_bytes: int
+    logits: int = 0
+    seconds_per_logit: float = 0.0
+
+    def seconds(self, on: Chip) -> float:
+        return roofline.seconds(self.flops, self.bytes_accessed, 0, on,
+                                serial=self.logits * roofline.scaled(self.seconds_per_logit, on))
+
+
+@dataclasses.dataclass(frozen=True)
 class KernelCost:
     """One kernel's cost over its whole grid."""
 

@@ -25,14 +25,12 @@ scheme's roofline (`tools.chip bench` times it as "tokamax (stored)" beside the 
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 
 from .. import roofline
 from .blocks import round_up
-from .cost import HBM_SHARE, STATISTICS_SECONDS
+from .cost import HBM_SHARE, STATISTICS_SECONDS, StoredCost
 from .softmax import log_softmax
 from .transform import LogitTransform
 
@@ -72,23 +70,6 @@ def chunk(rows: int, vocab: int, itemsize: int, on: roofline.Chip, hidden: int =
                 sizes[-1])
 
 
-@dataclasses.dataclass(frozen=True)
-class StoredCost:
-    """The scheme's cost (XLA's ops: no grid steps), as `roofline.seconds` weighs it."""
-
-    chunk: int
-    flops: int
-    bytes_accessed: int
-    temp_bytes: int
-    logits: int  # the logits the forward's vector work goes over
-
-    def seconds(self, on: roofline.Chip) -> float:
-        """The roofline, plus the forward's statistics over every logit after its matmul (the kernels' measured
-        `STATISTICS_SECONDS` per logit: the same reductions, a prediction until the chip times this scheme)."""
-        return roofline.seconds(self.flops, self.bytes_accessed, 0, on,
-                                serial=self.logits * roofline.scaled(STATISTICS_SECONDS, on))
-
-
 def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, *, backward: bool = True,
          weight_grad: bool = True) -> StoredCost:
     """Flops: the logits, then dx = G @ w and dw = G.T @ x (not dw's for a frozen head; neither without
@@ -107,7 +88,10 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, *, backw
         if weight_grad:
             moved += wide + x + w + vocab * 4  # G and x read, dw and db written
             flops += 2 * padded * vocab * hidden
-    return StoredCost(chunk, flops, moved, temporaries(rows, vocab, itemsize, chunk, hidden), padded * vocab)
+    # the forward's statistics over each logit: the kernels' measured figure for the same reductions (a prediction
+    # until the chip times this scheme)
+    return StoredCost(chunk, flops, moved, temporaries(rows, vocab, itemsize, chunk, hidden), padded * vocab,
+                      STATISTICS_SECONDS)
 
 
 def _chunk(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, transform: LogitTransform
