@@ -84,8 +84,8 @@ class Recording:
 
     @classmethod
     def load(cls, path: str | Path) -> Recording:
-        """A saved recording, its calls bound again to this process's Torch ops (`tokamax.torch_ops`, which
-        needs torch but not torch-tpu's chip: TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps the chip for JAX)."""
+        """A saved recording, its calls bound again to this process's Torch ops (`tokamax.torch_ops`, loaded
+        before: they need torch and torch-tpu)."""
         import jax
         import jax.numpy as jnp
 
@@ -96,8 +96,8 @@ class Recording:
             if entry["op"] not in functions:
                 if not functions:
                     raise RuntimeError(f"tokamax tuning: recording {path} holds Torch op calls, and no Torch op is "
-                                       "loaded in this process: load them first (`tokamax.torch_ops`; with "
-                                       "TORCH_DEVICE_BACKEND_AUTOLOAD=0 torch-tpu leaves the chip to JAX)")
+                                       "loaded in this process: load them first (`tokamax.torch_ops`; on a TPU VM "
+                                       "after JAX has taken the chip: jax.devices() first)")
                 raise ValueError(f"tokamax tuning: recording {path} names op {entry['op']!r}, which this build lacks")
             args = tuple(jax.ShapeDtypeStruct(tuple(a["shape"]), jnp.dtype(a["dtype"])) if "shape" in a
                          else a["static"] for a in entry["args"])
@@ -359,9 +359,9 @@ def _chip_of_this_host() -> str:
         raise RuntimeError(
             f"tokamax tuning: torch-tpu holds this host's TPU ({attached}) and upstream's autotuning times "
             "candidates with JAX, which sees none: save the calls with tokamax.tuning.record(step).save(path), "
-            "then run tokamax.tuning.tune_recording(path, out=...) in a process where torch-tpu does not start "
-            "(TORCH_DEVICE_BACKEND_AUTOLOAD=0), so that JAX holds the chip, after loading the Torch ops there "
-            "(tokamax.torch_ops), which the recording's calls are bound to")
+            "then run tokamax.tuning.tune_recording(path, out=...) in a process where JAX takes the chip first "
+            "(jax.devices() before anything loads torch-tpu), after loading the Torch ops there (tokamax.torch_ops), "
+            "which the recording's calls are bound to")
     return emulation.cpu_chip()
 
 
