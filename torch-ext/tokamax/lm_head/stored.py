@@ -1,7 +1,8 @@
-"""The LM head's statistics in plain XLA with the softmax stored: three matmuls, as XLA's formulation, in half its
-memory. TRL's path (log-probabilities, the entropy, ...) cannot know its cotangents in the forward, so the kernels'
-backward computes the logits again (twice: once per gradient kernel, five matmuls in all, 1.75x XLA's time on the
-v5e at Gemma 3 4B's head). Here the forward keeps what the backward needs instead.
+"""The LM head's statistics in plain XLA with the softmax stored: three matmuls, as XLA's formulation, holding p and
+its gradient in x's dtype where XLA holds float32 logits and theirs. TRL's path (log-probabilities, the entropy,
+...) cannot know its cotangents in the forward, so the kernels' backward computes the logits again (twice: once per
+gradient kernel, five matmuls in all, 1.75x XLA's time on the v5e at Gemma 3 4B's head). Here the forward keeps
+what the backward needs instead.
 
 Per row r, with z = transform(x @ w.T + b) and p = softmax(z), every differentiable statistic's gradient to z
 is p_j (a + b log p_j) + c [j = target] + d for per-row (a, b, c, d) made of the cotangents (`stats.coefficients`),
