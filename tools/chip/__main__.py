@@ -9,12 +9,16 @@ import sys
 import time
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
+from . import assigned
 
-from . import load
-from .measure import measure
-from .results import ResultsFile, header
+assigned.configure()  # before JAX starts its backend
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from . import load  # noqa: E402
+from .measure import measure  # noqa: E402
+from .results import ResultsFile, header  # noqa: E402
 
 
 def _peaks(out: ResultsFile) -> float:
@@ -48,9 +52,12 @@ def _bench(tk, out: ResultsFile, modules: list, jobs: int, runs: int, impls: set
             r |= {"median_s": m.median_s, "min_s": m.min_s, "max_s": m.max_s, "runs": m.runs,
                   "tflops": w.flops / m.median_s / 1e12, "peak_fraction": w.flops / m.median_s / peak,
                   "temp_bytes": m.temp_bytes, "peak_bytes": m.peak_bytes}
+            if m.assigned_temp_bytes is not None:
+                r["assigned_temp_bytes"] = m.assigned_temp_bytes
             print(f"{w.op} | {w.case} | {w.impl} | {w.pass_}: {m.median_s * 1e3:.2f} ms "
                   f"({m.min_s * 1e3:.2f}-{m.max_s * 1e3:.2f}), {r['tflops']:.0f} TFLOP/s, "
-                  f"{m.peak_bytes / 2**30:.2f} GiB, compile {compile_s:.1f} s", flush=True)
+                  f"{m.peak_bytes / 2**30:.2f} GiB, assigned temporaries "
+                  f"{(m.assigned_temp_bytes or 0) / 2**30:.2f} GiB, compile {compile_s:.1f} s", flush=True)
         out.add(r)
 
     run(workloads, record, jobs=jobs, runs=runs)

@@ -21,6 +21,7 @@ class Measured:
     compile_s: float  # lowering and compiling the first call
     temp_bytes: int  # the compiler's temporaries
     peak_bytes: int  # arguments + outputs + temporaries: what the call holds in HBM at its peak
+    assigned_temp_bytes: int | None = None  # the temporaries as the compiler assigned them (`assigned`)
 
 
 def measure(fn: Callable[..., Any], args: tuple, *, runs: int = 10, warmup: int = 2) -> Measured:
@@ -29,8 +30,10 @@ def measure(fn: Callable[..., Any], args: tuple, *, runs: int = 10, warmup: int 
     return timed(compiled, args, time.perf_counter() - start, runs=runs, warmup=warmup)
 
 
-def timed(compiled: Any, args: tuple, compile_s: float, *, runs: int = 10, warmup: int = 2) -> Measured:
-    """`compiled(*args)` timed: `warmup` calls, then `runs` calls, each waited for."""
+def timed(compiled: Any, args: tuple, compile_s: float, *, runs: int = 10, warmup: int = 2,
+          assigned_temp: int | None = None) -> Measured:
+    """`compiled(*args)` timed: `warmup` calls, then `runs` calls, each waited for; `assigned_temp`: its
+    temporaries as the compiler assigned them, where read (`assigned.temp_bytes`)."""
     memory = compiled.memory_analysis()
     temp = int(getattr(memory, "temp_size_in_bytes", 0) or 0)
     peak = temp + int(getattr(memory, "argument_size_in_bytes", 0) or 0) + int(
@@ -42,4 +45,4 @@ def timed(compiled: Any, args: tuple, compile_s: float, *, runs: int = 10, warmu
         start = time.perf_counter()
         jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - start)
-    return Measured(statistics.median(times), min(times), max(times), runs, compile_s, temp, peak)
+    return Measured(statistics.median(times), min(times), max(times), runs, compile_s, temp, peak, assigned_temp)

@@ -47,6 +47,13 @@ AUTO_KERNELS = ("a9c94e4", "bf5a22b", "e962c99", "9aff1ec")
 """Runs whose package defaults took the kernels: the LM head's (`chunk="auto"`) at every head (`fused.choose` counted
 the chunked scheme's temporaries as the compile-only topology lays them out, past an eighth of the v5e's HBM at both
 heads), and distillation's (before its stored scheme)."""
+AUTO_XLA_CHUNKS = {"Llama 3 8B": 2048, "Qwen3 8B": None}
+AUTO_XLA_RUNS = ("077895a", "1032390", "d7df2f0", "2cd2df2")
+"""Runs whose LM-head default (`chunk="auto"`) took XLA's float32 accumulator in chunks of 2048 at Llama 3 8B's head
+and the kernels at Qwen3 8B's (the accumulator kernel's temporaries counted as `memory_analysis()` gave them, past
+the share); later runs take `fused.choose_scheme`'s."""
+STATISTICS_ON_KERNELS = ("077895a", "1032390", "9aff1ec", "bf5a22b", "d7df2f0", "2cd2df2")
+"""Runs whose `lm_head.statistics` default ("tokamax") was the kernels; later runs take `stats.choose_scheme`'s."""
 KERNELS = ("tokamax", "tokamax (kernels)", "tokamax (whole-block bodies)", "tokamax (whole-block bodies, kernels)",
            "tokamax (columns of 1024)", "tokamax (columns of 1024, kernels)", "tokamax (columns of 2048)",
            "tokamax (columns of 2048, kernels)")
@@ -114,21 +121,27 @@ def _head(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
         return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, int(chunked[1]), pair=bool(chunked[2]),
                              kernel=bool(chunked[3])).seconds(chip)
     if r["impl"] in KERNELS:
-        chunk, kernel = lm.fused.choose_scheme(h.rows, h.hidden, h.vocab, 2, chip)
-        if r["impl"] == "tokamax" and r["pass"] == "fwd+bwd" and commit[:7] not in AUTO_KERNELS and chunk:
-            return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, chunk, kernel=kernel).seconds(chip)
+        if r["impl"] == "tokamax" and r["pass"] == "fwd+bwd" and commit[:7] not in AUTO_KERNELS:
+            scheme = (lm.fused.Scheme(AUTO_XLA_CHUNKS[h.model]) if commit[:7] in AUTO_XLA_RUNS
+                      else lm.fused.choose_scheme(h.rows, h.hidden, h.vocab, 2, chip))
+            if scheme.chunk:
+                return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, scheme.chunk, pair=scheme.pair,
+                                     kernel=scheme.kernel).seconds(chip)
         costs = lm.plan.choose(h.rows, h.hidden, h.vocab, 2, chip).costs(h.hidden, h.vocab, 2)
         names = ("forward",) if r["pass"] == "fwd" else tuple(costs)
         return sum(costs[n].seconds(chip) for n in names)
     return None
 
 
-def _statistics(tk: ModuleType, r: dict, chip: Any) -> float | None:
-    """TRL's statistics: the kernels' roofline ("tokamax", the package's default, and "tokamax (kernels)"), or the
-    stored scheme's (`lm_head.stored.cost`, at the chunk `stored.chunk` takes) for "tokamax (stored)"."""
+def _statistics(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
+    """TRL's statistics: the kernels' roofline ("tokamax (kernels)"), the stored scheme's (`lm_head.stored.cost`, at
+    the chunk `stored.chunk` takes: "tokamax (stored)"), or for "tokamax", the package's default, the one
+    `stats.choose_scheme` takes (the kernels in `STATISTICS_ON_KERNELS`' runs)."""
     h = _shape(r["case"], STATISTICS)
     lm = tk.lm_head
-    if r["impl"] == "tokamax (stored)":
+    auto = r["impl"] == "tokamax" and commit[:7] not in STATISTICS_ON_KERNELS
+    if r["impl"] == "tokamax (stored)" or (auto and lm.stats.choose_scheme(h.rows, h.hidden, h.vocab, 2, on=chip)
+                                           == "stored"):
         chunk = lm.stored.chunk(h.rows, h.vocab, 2, chip, h.hidden)
         return lm.stored.cost(h.rows, h.hidden, h.vocab, 2, chunk, backward=r["pass"] != "fwd").seconds(chip)
     if r["impl"] not in ("tokamax", "tokamax (kernels)"):
@@ -179,7 +192,7 @@ def predicted(tk: ModuleType, r: dict, *, commit: str) -> float | None:
     if r["op"] == "lm_head_loss":
         return _head(tk, r, chip, commit)
     if r["op"] == "lm_head_statistics":
-        return _statistics(tk, r, chip)
+        return _statistics(tk, r, chip, commit)
     if r["op"] == "distillation" and r["impl"] in DISTILL_IMPLS:
         return _distill(tk, r, chip, commit)
     if r["op"] == "attention":

@@ -11,16 +11,18 @@ from typing import Any
 
 import jax
 
+from . import assigned
 from .measure import Measured, timed
 from .workloads import Workload
 
 
-def _compile(w: Workload) -> tuple[Any, float, Any]:
+def _compile(indexed: tuple[int, Workload]) -> tuple[Any, float, Any]:
     """(compiled, seconds, None) or (None, seconds, the error's last line)."""
+    index, w = indexed
     start = time.perf_counter()
     try:
         fn, specs = w.make_specs()
-        return jax.jit(fn).lower(*specs).compile(), time.perf_counter() - start, None
+        return jax.jit(assigned.named(fn, index)).lower(*specs).compile(), time.perf_counter() - start, None
     except Exception as e:  # noqa: BLE001 - recorded with the workload, the run goes on
         return None, time.perf_counter() - start, _last_line(e)
 
@@ -36,12 +38,13 @@ def run(workloads: Iterable[Workload], record: Callable[[Workload, Measured | No
     compile seconds, error or None)."""
     workloads = list(workloads)
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:  # every compile done before any timing:
-        built = list(pool.map(_compile, workloads))  # a compile beside a timed call slows the host's dispatch
-    for w, (compiled, compile_s, error) in zip(workloads, built, strict=True):
+        built = list(pool.map(_compile, enumerate(workloads)))  # a compile beside a timed call slows the host's
+    for index, (w, (compiled, compile_s, error)) in enumerate(zip(workloads, built, strict=True)):  # dispatch
         measured = None
         if compiled is not None:
             try:
-                measured = timed(compiled, w.make()[1], compile_s, runs=runs, warmup=warmup)
+                measured = timed(compiled, w.make()[1], compile_s, runs=runs, warmup=warmup,
+                                 assigned_temp=assigned.temp_bytes(index))
             except Exception as e:  # noqa: BLE001
                 error = _last_line(e)
         record(w, measured, compile_s, error)

@@ -24,26 +24,33 @@ def _ms(s: float | None) -> str:
 
 def bench(path: Path) -> str:
     """One results file: per op, case and pass, each implementation's median (spread), TFLOP/s, share of the
-    run's matmul peak, peak HBM of the call, first-call compile, and tokamax's speed-up over it."""
+    run's matmul peak, peak HBM of the call (operands, outputs and temporaries; the temporaries as the compiler
+    assigned them where the run read them, `assigned`, else `memory_analysis()`'s), the temporaries alone where
+    assigned, first-call compile, and tokamax's speed-up over it."""
     data = results.load(path)
     peaks = data.get("peaks", {})
     runs = max((r.get("runs") or 0) for r in data["records"])
     head = (f"**{path.name}**: {data['chip']}, jax {data['jax']}, commit {data['commit'][:12]}, "
             f"{data.get('started', '')}; matmul peak {peaks.get('matmul_flops', 0) / 1e12:.1f} TFLOP/s, HBM copy "
             f"{peaks.get('hbm_bytes_per_s', 0) / 1e9:.0f} GB/s (median of {runs} runs after warm-up)\n\n")
-    lines = ["| op | case | pass | impl | ms (min-max) | TFLOP/s | of peak | peak GiB | compile s | tokamax speed-up |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    assigned = any("assigned_temp_bytes" in r for r in data["records"])
+    lines = ["| op | case | pass | impl | ms (min-max) | TFLOP/s | of peak | peak GiB | "
+             + ("temporaries GiB | " if assigned else "") + "compile s | tokamax speed-up |",
+             "|---|---|---|---|---:|---:|---:|---:|" + ("---:|" if assigned else "") + "---:|---:|"]
     ours = {(r["op"], r["case"], r["pass"]): r["median_s"] for r in data["records"] if r["impl"] == "tokamax"}
     for r in data["records"]:
         if r["median_s"] is None:
             lines.append(f"| {r['op']} | {r['case']} | {r['pass']} | {r['impl']} | failed: {r.get('error', '')[:120]} "
-                         "| | | | | |")
+                         "| | | | | |" + (" |" if assigned else ""))
             continue
         mine = ours.get((r["op"], r["case"], r["pass"]))
         speedup = "" if r["impl"] == "tokamax" or not mine else f"{r['median_s'] / mine:.2f}x"
+        temp = r.get("assigned_temp_bytes")
+        peak = r["peak_bytes"] if temp is None else r["peak_bytes"] - r["temp_bytes"] + temp
+        held = (f"{temp / GiB:.2f} | " if temp is not None else "- | ") if assigned else ""
         lines.append(f"| {r['op']} | {r['case']} | {r['pass']} | {r['impl']} | {_ms(r['median_s'])} "
                      f"({_ms(r['min_s'])}-{_ms(r['max_s'])}) | {r['tflops']:.0f} | {r['peak_fraction']:.0%} | "
-                     f"{r['peak_bytes'] / GiB:.2f} | {r['compile_s']:.1f} | {speedup} |")
+                     f"{peak / GiB:.2f} | {held}{r['compile_s']:.1f} | {speedup} |")
     return head + "\n".join(lines) + "\n"
 
 

@@ -70,8 +70,11 @@ def test_the_outputs_keep_their_old_positions(kernel, emulation):
     g = np.random.default_rng(4).standard_normal(37).astype(np.float32)
     with emulation.interpret_on_cpu("v6e"):
         out = jax.jit(lm_head.row_stats)(x, w, b, targets)
-        dx, dw, db = jax.jit(jax.grad(lambda x, w, b: (g * lm_head.statistics(x, w, b, targets)[2]).sum(),
-                                      argnums=(0, 1, 2)))(x, w, b)
+
+        def third(x, w, b):  # noqa: ANN001, ANN202
+            return (g * lm_head.statistics(x, w, b, targets, scheme="kernels")[2]).sum()
+
+        dx, dw, db = jax.jit(jax.grad(third, argnums=(0, 1, 2)))(x, w, b)
     lse, target_logit, mean_logit, log_sum_sq_probs, sum_logits, top1, entropy = out
     want, z, p, _ = reference(x, w, b, targets, lm_head.IDENTITY)
     for name, got in (("lse", lse), ("mean_logit", mean_logit), ("sum_logits", sum_logits), ("entropy", entropy)):
@@ -91,7 +94,7 @@ def test_statistics_of_a_head_without_a_bias_differentiate(kernel, emulation):
     cotangents = [r.standard_normal(37).astype(np.float32) for _ in range(4)]
 
     def weighted(x, w, b):  # noqa: ANN001, ANN202
-        s = lm_head.statistics(x, w, b, targets)
+        s = lm_head.statistics(x, w, b, targets, scheme="kernels")
         return sum((g * v).sum() for g, v in zip(cotangents, (s.lse, s.target_logit, s.entropy, s.sum_logits),
                                                    strict=True))
 
@@ -259,7 +262,7 @@ def test_the_kernels_run_on_the_transposes_where_the_hidden_size_is_off_the_lane
              sd((rows,), jnp.int32))
 
     def step(x, w, b, t):  # noqa: ANN001, ANN202
-        return jax.grad(lambda x, w: lm_head.statistics(x, w, b, t).lse.sum(), argnums=(0, 1))(x, w)
+        return jax.grad(lambda x, w: lm_head.statistics(x, w, b, t, scheme="kernels").lse.sum(), argnums=(0, 1))(x, w)
 
     module = _lower(kernel, emulation, "v6e", step, *specs)
     names = re.findall(r"tokamax_lm_head_(fwd|dx|dw)_r\d+_v\d+(_t)?", module)
@@ -431,7 +434,7 @@ def test_targets_outside_the_vocabulary_are_refused_on_the_host_and_nan_when_tra
         ok[[3, 9]] = False
 
         def masked_log_probs(x, w, b, t):  # noqa: ANN001, ANN202
-            s = lm_head.statistics(x, w, b, t)
+            s = lm_head.statistics(x, w, b, t, scheme="kernels")
             return jnp.where(ok, s.target_logit - s.lse + s.entropy, 0.0).sum()
 
         grads = jax.jit(jax.grad(masked_log_probs, argnums=(0, 1, 2)))(x, w, b, wrong)

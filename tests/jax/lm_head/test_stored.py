@@ -116,22 +116,56 @@ def test_what_the_scheme_cannot_take_is_refused_naming_it(kernel):
     x, w, b, targets = operands(8, 64, 200, seed=6)
     with pytest.raises(ValueError, match=r"tokamax lm_head: scheme='stored' takes no soft cap"):
         lm_head.statistics(x, w, b, targets, lm_head.LogitTransform.of(soft_cap=30.0), scheme="stored")
-    with pytest.raises(ValueError, match=r"tokamax lm_head: scheme must be one of \('kernels', 'stored'\), got 'xla'"):
+    with pytest.raises(ValueError, match=r"tokamax lm_head: scheme must be one of \('auto', 'kernels', 'stored'\), "
+                       r"got 'xla'"):
         lm_head.statistics(x, w, b, targets, scheme="xla")
 
 
 @pytest.mark.kernels_ci
 def test_the_chunk_is_the_largest_whose_temporaries_fit_an_eighth_of_hbm(kernel):
-    """p, G and one chunk's float32 logits: at Qwen3 8B's head and 2,048 rows 0.58 GiB each, chunks of 1024 fit the
-    v5e's 1.96 GiB share; at 2,560 rows 512; at 4,096 nothing does (p and G alone are 2.32 GiB), so the smallest."""
+    """p, G and one chunk's float32 logits, beside each other on a chip not laid out: at Qwen3 8B's head and 2,048
+    rows 0.58 GiB each, chunks of 1024 fit a 16 GiB chip's 2 GiB share; at 2,560 rows 512; at 4,096 nothing does
+    (p and G alone are 2.32 GiB), so the smallest. On the v5e, whose compiler puts the logits in G's buffer (1.159
+    GiB measured at 2,048 rows), p and G alone: chunks of 1024 at 2,560 rows too."""
     from tools.chip import predict
 
     stored, v5e = kernel.lm_head.stored, predict.v5e(kernel)
+    other = v5e._replace(kind="")
     assert stored.temporaries(2048, 151936, 2, 1024) == 2 * 2048 * 151936 * 2 + 1024 * 151936 * 4
     assert stored.temporaries(37, 200, 2, 16) == 2 * 48 * 200 * 2 + 16 * 200 * 4
-    assert stored.chunk(2048, 151936, 2, v5e, 4096) == 1024
-    assert stored.chunk(2560, 151936, 2, v5e, 4096) == 512
-    assert stored.chunk(4096, 151936, 2, v5e, 4096) == 256 and stored.chunk(5, 200, 2, v5e) == 8
+    assert stored.temporaries(2048, 151936, 2, 1024, 4096, v5e.kind) == 2 * 2048 * 151936 * 2
+    assert stored.chunk(2048, 151936, 2, other, 4096) == 1024
+    assert stored.chunk(2560, 151936, 2, other, 4096) == 512
+    assert stored.chunk(2560, 151936, 2, v5e, 4096) == 1024
+    assert stored.chunk(4096, 151936, 2, other, 4096) == 256 and stored.chunk(5, 200, 2, other) == 8
     # where the compiler copies the weight into G's buffer first (the compile-only v7x), the larger of the two
     p, weight = 2048 * 151936 * 2, 151936 * 4096 * 2
     assert stored.temporaries(2048, 151936, 2, 1024, 4096, "TPU7x") == p + weight + 1024 * 151936 * 4
+
+
+@pytest.mark.kernels_ci
+def test_the_default_takes_the_stored_scheme_where_it_fits_and_the_kernels_elsewhere(kernel, emulation):
+    """`statistics`' default ("auto", `stats.choose_scheme`): on the v5e at Qwen3 8B's head the stored scheme up to
+    the rows whose p and G fit the share (2,048 rows: 1.16 GiB, where it ran in 56.1 ms against the kernels' 73.8),
+    the kernels past it (4,096 rows: 2.32 GiB) and wherever there is a soft cap; called, the default gives what
+    the scheme it names gives, bit for bit."""
+    from tools.chip import predict
+
+    lm_head, v5e = kernel.lm_head, predict.v5e(kernel)
+    choose = lm_head.stats.choose_scheme
+    assert choose(2048, 4096, 151936, 2, on=v5e) == "stored"
+    assert choose(3456, 4096, 151936, 2, on=v5e) == "kernels"
+    assert choose(2048, 4096, 151936, 2, lm_head.LogitTransform.of(soft_cap=30.0), on=v5e) == "kernels"
+    x, w, b, targets = operands(40, 64, 200, seed=8)
+    for transform, scheme in ((lm_head.IDENTITY, "stored"), (lm_head.LogitTransform.of(soft_cap=30.0), "kernels")):
+        assert choose(40, 64, 200, 4, transform) == scheme
+
+        def loss(x, w, b, scheme, transform=transform):  # noqa: ANN001, ANN202
+            s = lm_head.statistics(x, w, b, targets, transform, **scheme)
+            return -(s.target_logit - s.lse).sum() + s.entropy.sum()
+
+        with emulation.interpret_on_cpu("v6e"):
+            got = jax.value_and_grad(loss, (0, 1, 2))(x, w, b, {})
+            want = jax.value_and_grad(loss, (0, 1, 2))(x, w, b, {"scheme": scheme})
+        for a, e in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(e), err_msg=scheme)

@@ -1,6 +1,6 @@
 """The LM head: the labels path's loss (`lm_head.fused.loss_and_grads`: gradients made in the forward) and
-TRL's statistics (`lm_head.statistics`: the package's default, the kernels, and "tokamax (stored)", its stored
-scheme), against XLA's plain formulation with float32 [rows, vocab] logits materialized (what transformers' loss
+TRL's statistics (`lm_head.statistics`: the package's default "tokamax", the kernels and the stored scheme
+forced), against XLA's plain formulation with float32 [rows, vocab] logits materialized (what transformers' loss
 and TRL's function compute); and distillation's divergence (`tokamax.distill.divergence`, the generalized JSD:
 the package's choice "tokamax", the stored scheme and the kernels forced) against the same loss written plainly
 in XLA."""
@@ -18,7 +18,7 @@ from . import Workload, normal, with_grads
 
 CHUNKS = (512, 1024, 2048)  # the chunked scheme at fixed chunks, beside the package's own choice
 PAIR_CHUNKS = (512, 1024)  # the same with dW accumulated in a bf16 pair (`pair_accumulator`)
-KERNEL_CHUNKS = (1024, 2048)  # with `lm_head.accumulate` adding dW, float32 and pair
+KERNEL_CHUNKS = (512, 1024, 2048)  # with `lm_head.accumulate` adding dW, float32 and pair
 WHOLE = "tokamax (whole-block bodies)"  # the kernels without their inner loop over columns (`whole_blocks`)
 BETA = 0.5
 
@@ -69,7 +69,8 @@ def whole_blocks(lm_head: ModuleType, x: jax.Array, w: jax.Array) -> object:
 def workloads(tk: ModuleType) -> Iterator[Workload]:
     lm_head = tk.lm_head
 
-    def labels(chunk: object, whole: bool = False, pair: bool = False, kernel: bool = False):  # noqa: ANN202
+    def labels(chunk: object, whole: bool = False, pair: bool | None = None, kernel: bool | None = None):  # noqa: ANN202
+        # pair and kernel None: as the package chooses (`fused.choose_scheme`, `fused.accumulation`)
         def fn(x: jax.Array, w: jax.Array, t: jax.Array) -> tuple:
             weights = jnp.full(t.shape, 1.0 / t.shape[0], jnp.float32)
             plan = whole_blocks(lm_head, x, w) if whole else None
@@ -94,13 +95,15 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
         yield Workload("lm_head_loss", case, "xla", "fwd", lambda m=make: (xla_loss, m()), flops)
         variants = {"tokamax": "auto", "tokamax (kernels)": None,
                     **{f"tokamax (chunks of {c})": c for c in CHUNKS}}
-        for impl, chunk in variants.items():
-            yield Workload("lm_head_loss", case, impl, "fwd+bwd", lambda m=make, c=chunk: (labels(c), m()), 3 * flops)
+        for impl, chunk in variants.items():  # the fixed chunks with XLA's float32 accumulator
+            plain = {} if chunk in ("auto", None) else {"pair": False, "kernel": False}
+            yield Workload("lm_head_loss", case, impl, "fwd+bwd",
+                           lambda m=make, c=chunk, k=plain: (labels(c, **k), m()), 3 * flops)
         yield Workload("lm_head_loss", case, f"{WHOLE[:-1]}, kernels)", "fwd+bwd",
                        lambda m=make: (labels(None, whole=True), m()), 3 * flops)
         for c in PAIR_CHUNKS:
             yield Workload("lm_head_loss", case, f"tokamax (chunks of {c}, pair accumulator)", "fwd+bwd",
-                           lambda m=make, c=c: (labels(c, pair=True), m()), 3 * flops)
+                           lambda m=make, c=c: (labels(c, pair=True, kernel=False), m()), 3 * flops)
         for c in KERNEL_CHUNKS:  # dW added by `lm_head.accumulate`'s kernel
             for pair in (False, True):
                 impl = f"tokamax (chunks of {c}{', pair accumulator' if pair else ''}, accumulator kernel)"
@@ -121,8 +124,8 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
             x, w, t = _head_args(h.rows, h.hidden, h.vocab)
             return x, w, jnp.zeros((h.vocab,), jnp.float32), t
         flops = 2 * h.rows * h.hidden * h.vocab
-        impls = (("tokamax", statistics("kernels")), ("tokamax (stored)", statistics("stored")),
-                 ("xla", xla_statistics))
+        impls = (("tokamax", statistics("auto")), ("tokamax (kernels)", statistics("kernels")),
+                 ("tokamax (stored)", statistics("stored")), ("xla", xla_statistics))
         for impl, fn in impls:
             yield Workload("lm_head_statistics", case, impl, "fwd", lambda m=make, fn=fn: (fn, m()), flops)
             yield Workload("lm_head_statistics", case, impl, "fwd+bwd",

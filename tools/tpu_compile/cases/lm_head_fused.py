@@ -1,12 +1,11 @@
 """The labels path's training loss with its gradients from the forward (`tokamax.lm_head.fused`,
 `loss_and_grads` at the scheme it picks on each chip) at the LM-head issue's step: 16,384 tokens,
 hidden 4096, bf16, Qwen's and Llama's vocabularies. Where it picks Liger's chunked scheme (`CHUNKED`: v7x
-at both, v5e at Llama's, whose float32 accumulator is all its compiler holds, within an eighth of HBM): three
-vocabulary-sized XLA matmuls (dot ops, no kernel; XLA's flop count says three), temporaries within its
-estimate as a compile-only topology lays them out (`fused.temporaries`: the accumulator, two chunks' logits
-and dx's chunks; the v5e's own compiler holds only the larger of the first two); elsewhere (v5e at Qwen's,
-whose accumulator alone is 2.3 GiB, and v6e, where the chunks that fit its estimate lose to them) our three
-kernels."""
+at both, with XLA adding dW: three vocabulary-sized XLA matmuls, no kernel, XLA's flop count says three; v5e at
+both, with dW in the bf16 pair added by `lm_head.accumulate`'s kernel, the one kernel: chunks of 512 at Qwen's,
+1024 at Llama's, whose temporaries its own compiler assigns within an eighth of HBM), temporaries within its
+estimate as a compile-only topology lays them out (`fused.temporaries`: the accumulator, two chunks' logits and
+dx's chunks); elsewhere (v6e, where the chunks that fit its estimate lose to them) our three kernels."""
 
 from __future__ import annotations
 
@@ -19,10 +18,11 @@ from ..case import Case, on_chips, spec
 from . import _models as m
 
 TOKENS, MODELS = 16384, (m.QWEN3_8B, m.LLAMA_3_8B)
-CHUNKED = {("v5e", 128256), ("v7x", 128256), ("v7x", 151936)}
-"""(chip, vocab) where `fused.choose` takes the chunked scheme at this step."""
-_PICKED: dict[tuple[str, int], tuple[int | None, Any]] = {}
-"""(chunk, its `fused.cost`) per (chip, vocab), noted when the case is built (it has the kernel)."""
+CHUNKED = {("v5e", 128256): 1, ("v5e", 151936): 1, ("v7x", 128256): 0, ("v7x", 151936): 0}
+"""(chip, vocab) where `fused.choose_scheme` takes the chunked scheme at this step: the kernels it runs (1: dW added
+by `lm_head.accumulate`'s)."""
+_PICKED: dict[tuple[str, int], tuple[Any, Any]] = {}
+"""(the scheme, its `fused.cost`) per (chip, vocab), noted when the case is built (it has the kernel)."""
 
 
 def _build(chip: str, hidden: int, vocab: int) -> Any:
@@ -30,9 +30,10 @@ def _build(chip: str, hidden: int, vocab: int) -> Any:
         lm_head = kernel.lm_head
         with kernel.emulation.emulated_chip(chip):
             on = lm_head.cost.chip()
-        chunk = lm_head.fused.choose(TOKENS, hidden, vocab, 2, on)
+        scheme = lm_head.fused.choose_scheme(TOKENS, hidden, vocab, 2, on)
         # the compile-only topology's layout: the estimate without the chip's own (`fused.temporaries`)
-        _PICKED[chip, vocab] = (chunk, chunk and lm_head.fused.cost(TOKENS, hidden, vocab, 2, chunk))
+        _PICKED[chip, vocab] = (scheme, scheme.chunk and lm_head.fused.cost(
+            TOKENS, hidden, vocab, 2, scheme.chunk, pair=scheme.pair, kernel=scheme.kernel))
         specs = [spec(mesh, (TOKENS, hidden), jnp.bfloat16), spec(mesh, (vocab, hidden), jnp.bfloat16),
                  spec(mesh, (TOKENS,), jnp.int32), spec(mesh, (TOKENS,), jnp.float32)]
 
@@ -44,12 +45,14 @@ def _build(chip: str, hidden: int, vocab: int) -> Any:
 
 def _check(chip: str, vocab: int) -> Any:
     def check(outcome: Any) -> None:
-        chunk, estimate = _PICKED[chip, vocab]
+        scheme, estimate = _PICKED[chip, vocab]
+        chunk = scheme.chunk
         kernels, temp = outcome.hlo["tpu_custom_call"], outcome.memory["temp"]
         if (chip, vocab) not in CHUNKED:
-            assert chunk is None and kernels == 3, f"{outcome.name}: chunk {chunk}, {kernels} kernels; expected ours"
+            assert chunk is None and kernels == 3, f"{outcome.name}: {scheme}, {kernels} kernels; expected ours"
             return
-        assert chunk and kernels == 0, f"{outcome.name}: chunk {chunk}, {kernels} kernels; expected the chunked scheme"
+        assert chunk and kernels == CHUNKED[chip, vocab] == scheme.kernel, \
+            f"{outcome.name}: {scheme}, {kernels} kernels; expected the chunked scheme"
         small = 64 << 20  # the per-row vectors and the compiler's small buffers, which the estimate leaves out
         assert temp <= estimate.temp_bytes + small, f"{outcome.name}: {temp / 2**30:.3f} GiB of temporaries over " \
                                                     f"the estimate {estimate.temp_bytes / 2**30:.3f} GiB"

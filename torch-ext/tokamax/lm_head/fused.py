@@ -11,13 +11,13 @@ Two schemes, one result (`loss_and_grads`):
   matmul, the gradient block G from them, dx = G @ w and dW += G.T @ x (float32, in HBM): three
   vocabulary-sized matmuls per step, for a float32 dW or two chunks' float32 logits of temporaries
   (`temporaries`: the larger, as the chip's compiler lays them out). With `pair_accumulator`, dW
-  accumulates as two arrays of w's dtype (the float32 sum rounded, and what that rounding left): the v5e
-  ran it no faster (192.5 against 195.0 ms at Llama 3 8B's head) and held as much or more, so `choose`
-  does not take it.
-  With `accumulator_kernel`, each chunk's dW is added by a Pallas kernel that streams the accumulator under its
-  matmul (`accumulate`): 14-19% faster on the v5e at the same chunks (Llama 3 8B's head 164.6 ms in chunks of
-  1024 with the pair, XLA's own formulation 160.4), for the whole accumulator held beside one chunk's logits;
-  `choose_scheme` takes it where that fits the share.
+  accumulates as two arrays of w's dtype (the float32 sum rounded, and what that rounding left; the high half
+  is dW itself). With `accumulator_kernel`, each chunk's dW is added by a Pallas kernel that streams the
+  accumulator under its matmul (`accumulate`): 14-19% faster on the v5e at the same chunks. `choose_scheme`
+  (`Scheme`) takes the fastest way that fits the share: on the v5e the pair with the kernel (Llama 3 8B's head
+  164.7 ms in chunks of 1024, XLA's own formulation 160.4; Qwen3 8B's 507.0 in chunks of 512, 394.8, where
+  chunks of 1024 hold 2.04 GiB), elsewhere XLA's float32 accumulator (XLA's pair ran no faster on the v5e,
+  192.5 against 197.4 ms at Llama's head in chunks of 1024).
 - **kernels**: our Pallas kernels (`kernels`): the statistics, then dx and dW with the loss's per-row
   coefficients: five matmuls (the backward kernels recompute the logits), about 1 MiB of temporaries.
 
@@ -34,6 +34,7 @@ an ignored token), label t, log-sum-exp L and logits z over vocab V:
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -48,9 +49,13 @@ from .stats import _check, row_stats, row_stats_vjp
 from .transform import LogitTransform
 
 CHUNKS = (4096, 2048, 1024)
-"""Chunk rows the chunked scheme takes: below 1024, re-reading and re-writing the float32 dW per chunk
-costs more HBM time than the two matmuls it serves (the v5e at Llama 3 8B's head: 231.5 ms in chunks of 512,
+"""Chunk rows the chunked scheme takes with XLA adding dW: below 1024, re-reading and re-writing the float32 dW per
+chunk costs more HBM time than the two matmuls it serves (the v5e at Llama 3 8B's head: 231.5 ms in chunks of 512,
 197.4 in 1024, 195.0 in 2048; at Qwen3 8B's 540.9, 466.0, 458.7)."""
+KERNEL_CHUNKS = (2048, 1024, 512)
+"""Chunk rows the chunked scheme takes with `accumulate`'s kernel adding dW: its accumulator traffic runs under the
+matmul, so smaller chunks cost little time and hold less (the pair at Qwen3 8B's head fits an eighth of the v5e's
+HBM at 512 rows, not at 1024)."""
 ACCUMULATOR_PASSES = 12
 """What the float32 dW accumulator costs beyond the roofline, in passes over it at the HBM bandwidth: XLA's
 loop does not hide its read-modify-write behind the matmuls. Measured on the v5e (benchmarks/measured/
@@ -68,6 +73,7 @@ class ChunkedCost:
     temp_bytes: int
     accumulator_bytes: int = 0  # dW's float32 accumulator, where there is more than one chunk
     kernel: bool = False  # dW added by `accumulate`'s kernel: its traffic under the matmul, nothing serial
+    pair: bool = False  # dW accumulated in the pair of w's dtype
 
     def seconds(self, on: Chip) -> float:
         serial = 0 if self.kernel else ACCUMULATOR_PASSES * self.accumulator_bytes / on.hbm_bandwidth
@@ -92,7 +98,7 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_g
     return ChunkedCost(chunk, matmuls * 2 * chunks * chunk * vocab * hidden, moved,
                        temporaries(chunks, chunk, vocab, accumulator, pair, kind, chunks * chunk * hidden * itemsize,
                                    kernel, itemsize),
-                       accumulator if chunks > 1 else 0, kernel)
+                       accumulator if chunks > 1 else 0, kernel, pair and weight_grad)
 
 
 LAID_OUT_ON_CHIP = ("TPU v5 lite",)
@@ -111,44 +117,83 @@ def temporaries(chunks: int, chunk: int, vocab: int, accumulator: int, pair: boo
     Qwen3 8B's heads (chunks of 512 to 8192) to the byte's rounding. Elsewhere the sum of all three, the most the
     compile-only topologies laid out (v7x: the accumulator and two chunks' logits; v5e compile-only: one chunk's).
 
-    With `kernel` (`accumulate`), as the v5e's compiler laid out all eight measured (-077895a.json, chunks of 1024
-    and 2048, float32 and pair, both heads): the whole accumulator (the pair's high half too) beside one chunk's
-    float32 logits, and the pair's chunks of 2048 rows that chunk's G in w's dtype besides. Elsewhere the sum, as
-    without the kernel, with the pair's high half."""
+    With `kernel` (`accumulate`), as the v5e's compiler assigns the buffers (its buffer assignment, what the
+    runtime reserves: the first benchmarks/measured/ bench-lm_head run that reads it, chunks of 512 to 2048, float32
+    and pair, both heads, to the MiB): the float32 accumulator beside one chunk's G in w's dtype; the pair's low
+    half beside one chunk's float32 logits and its G (the high half is dW, the output); and x's chunk. Its
+    `memory_analysis()` says more there (a second chunk's logits and G, or the high half): Gemma 3 4B's stored
+    statistics ran on the v5e where that figure (16.0 GiB) was past the chip's 15.75 GiB and the assigned one
+    12.0. Elsewhere the sum, as without the kernel, with the pair's high half."""
     logits = min(chunks, 2) * chunk * vocab * 4
     held = (accumulator // 2 if pair else accumulator) if chunks > 1 else 0
     if kernel and chunks > 1:
         if kind in LAID_OUT_ON_CHIP:
-            return accumulator + chunk * vocab * 4 + (chunk * vocab * itemsize if pair and chunk >= 2048 else 0)
+            x_chunk = rows_bytes // chunks
+            gradient = chunk * vocab * itemsize
+            return (held + chunk * vocab * 4 if pair else accumulator) + gradient + x_chunk
         return accumulator + logits + rows_bytes
     if kind in LAID_OUT_ON_CHIP:
         return held + logits if pair else max(held, logits)
     return held + logits + rows_bytes
 
 
+class Scheme(NamedTuple):
+    """The labels path's scheme for a call: the chunked one at `chunk` rows (None: the kernels), dW added by
+    `accumulate`'s kernel or by XLA, into a float32 accumulator or the pair."""
+
+    chunk: int | None
+    kernel: bool = False
+    pair: bool = False
+
+
+def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool
+          ) -> list[ChunkedCost]:
+    """The chunked scheme's costs at `chunk` rows, one per way of adding dW offered there (`Scheme`'s kernel and
+    pair): XLA's float32 accumulator at `CHUNKS`; on the chips whose compiler's layout of the accumulator kernel
+    was measured (`LAID_OUT_ON_CHIP`) and where its VMEM holds the chunk, the kernel into a float32 accumulator or
+    the pair at `KERNEL_CHUNKS`. XLA's pair is not offered (no faster on the v5e, and as large)."""
+    ways = [(False, False)] * (chunk in CHUNKS)
+    if weight_grad and chip.kind in LAID_OUT_ON_CHIP and chunk in KERNEL_CHUNKS \
+            and accumulate.fits(chunk, hidden, vocab, itemsize, chip.vmem):
+        ways += [(True, False), (True, True)]
+    return [cost(rows, hidden, vocab, itemsize, chunk, weight_grad, pair=p, kind=chip.kind, kernel=k)
+            for k, p in ways]
+
+
+def _fastest(costs: list[ChunkedCost], chip: Chip) -> ChunkedCost | None:
+    """The fastest of `costs` whose temporaries fit `HBM_SHARE` of the chip's HBM (among equals the larger chunk,
+    then the smaller temporaries), or None."""
+    fitting = [c for c in costs if c.temp_bytes <= chip.hbm // HBM_SHARE]
+    return min(fitting, key=lambda c: (c.seconds(chip), -c.chunk, c.temp_bytes)) if fitting else None
+
+
 def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True
-                  ) -> tuple[int | None, bool]:
-    """(the chunk of the chunked scheme, whether `accumulate`'s kernel adds dW), or (None, False) where the kernels
-    are faster or the chunks do not fit. The accumulator kernel is offered on the chips whose compiler's layout of
-    it was measured (`LAID_OUT_ON_CHIP`), where its VMEM holds a chunk; elsewhere XLA adds dW."""
+                  ) -> Scheme:
+    """The chunked scheme's fastest way (`_ways`) at the chunk whose cost is least, among those that fit the share,
+    where it beats the kernels' roofline; else the kernels (`Scheme(None)`)."""
     plan = plans.choose(rows, hidden, vocab, itemsize, chip)
     costs = plan.costs(hidden, vocab, itemsize)
     kernels = sum(c.seconds(chip) for name, c in costs.items() if weight_grad or name != "backward_w")
-    ways = [False] + [True] * (weight_grad and chip.kind in LAID_OUT_ON_CHIP)
-    fitting = [cost(rows, hidden, vocab, itemsize, c, weight_grad, kind=chip.kind, kernel=k) for c in CHUNKS
-               for k in ways if c <= round_up(rows, CHUNKS[-1])
-               and (not k or accumulate.fits(c, hidden, vocab, itemsize, chip.vmem))]
-    fitting = [c for c in fitting if c.temp_bytes <= chip.hbm // HBM_SHARE]
-    if not fitting:
-        return None, False
-    best = min(fitting, key=lambda c: c.seconds(chip))
-    return (best.chunk, best.kernel) if best.seconds(chip) < kernels else (None, False)
+    chunks = sorted({*CHUNKS, *KERNEL_CHUNKS}, reverse=True)
+    best = _fastest([c for chunk in chunks if chunk <= round_up(rows, KERNEL_CHUNKS[-1])
+                     for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad)], chip)
+    if best is None or best.seconds(chip) >= kernels:
+        return Scheme(None)
+    return Scheme(best.chunk, best.kernel, best.pair)
+
+
+def accumulation(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
+                 weight_grad: bool = True) -> Scheme:
+    """How the chunked scheme adds dW at a chunk asked for: the fastest way offered at it that fits the share, else
+    XLA's float32 accumulator."""
+    best = _fastest(_ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad), chip)
+    return Scheme(chunk, best.kernel, best.pair) if best is not None else Scheme(chunk)
 
 
 def choose(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True) -> int | None:
     """The chunk of the chunked scheme, or None where the kernels are faster or the chunks do not fit
     (`choose_scheme`'s)."""
-    return choose_scheme(rows, hidden, vocab, itemsize, chip, weight_grad)[0]
+    return choose_scheme(rows, hidden, vocab, itemsize, chip, weight_grad).chunk
 
 
 def _weighted(m: jax.Array, lse: jax.Array, zt: jax.Array, sum_z: jax.Array, vocab: int, z_loss: float,
@@ -231,27 +276,32 @@ def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
 
 def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,
                    transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0, weight_grad: bool = True,
-                   chunk: int | None | str = "auto", plan: plans.Plan | None = None, pair_accumulator: bool = False,
-                   accumulator_kernel: bool | None = None
+                   chunk: int | None | str = "auto", plan: plans.Plan | None = None,
+                   pair_accumulator: bool | None = None, accumulator_kernel: bool | None = None
                    ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     """(sum_r weights_r loss_r float32 [], dx in x's dtype, dW in w's dtype, db float32 [vocab]; dW and db None
     where `weight_grad` is False). `targets` int [rows] in [0, vocab) where `weights` > 0 (others are not
     read): one outside is refused where it is on the host, else makes the loss NaN and adds nothing to the
-    gradients, by either scheme (`targets`); `chunk`: "auto" (`choose` on the chip being traced for), None
+    gradients, by either scheme (`targets`); `chunk`: "auto" (`choose_scheme` on the chip being traced for), None
     (the kernels) or the chunk rows; `plan`: the kernels' blocks where they run (default: `plan.choose`'s);
     `pair_accumulator`: the chunked scheme accumulates dW in two arrays of w's dtype, not one float32 array
-    (half its temporaries at 16 bits; dW within one rounding of the float32 accumulator's). `choose` does not
-    take it yet: no chip has timed it; `accumulator_kernel`: the chunked scheme adds each chunk's dW in a Pallas
-    kernel that streams the accumulator under the matmul (`accumulate`), where its VMEM holds the chunk (else XLA
-    adds it); None: with `chunk="auto"` as `choose_scheme` says, else not."""
+    (half its temporaries at 16 bits; dW within one rounding of the float32 accumulator's); `accumulator_kernel`:
+    the chunked scheme adds each chunk's dW in a Pallas kernel that streams the accumulator under the matmul
+    (`accumulate`), where its VMEM holds the chunk (else XLA adds it). Either None: as `choose_scheme` says with
+    `chunk="auto"`, as `accumulation` says at a chunk asked for."""
     _check(x, w, b, targets)
     if weights.shape != targets.shape:
         raise ValueError(f"tokamax lm_head loss_and_grads: weights must be [rows] ({targets.shape[0]}), got "
                          f"{weights.shape}")
+    shape = (x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip(), weight_grad)
     if chunk == "auto":
-        chunk, chosen = choose_scheme(x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip(),
-                                      weight_grad)
-        accumulator_kernel = chosen if accumulator_kernel is None else accumulator_kernel
+        chosen = choose_scheme(*shape)
+    elif chunk is not None:
+        chosen = accumulation(chunk, *shape)
+    if chunk is not None:
+        chunk = chosen.chunk
+        accumulator_kernel = chosen.kernel if accumulator_kernel is None else accumulator_kernel
+        pair_accumulator = chosen.pair if pair_accumulator is None else pair_accumulator
     m = weights.astype(jnp.float32)
     t = jnp.where(m > 0, targets, 0).astype(jnp.int32)
     target_checks.refuse("lm_head", t, w.shape[0])
@@ -260,4 +310,4 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     bias = jnp.zeros((w.shape[0],), jnp.float32) if b is None else b.astype(jnp.float32)
     kernel = bool(accumulator_kernel) and weight_grad and accumulate.fits(
         chunk, x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip().vmem)
-    return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, pair_accumulator, kernel)
+    return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator), kernel)

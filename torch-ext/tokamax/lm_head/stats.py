@@ -22,7 +22,11 @@ the widest vocabulary grid. The weight is never copied (the kernels read the voc
 place and mask it), except a weight of fewer than 128 rows, padded to 128.
 
 Two schemes for `statistics` (`SCHEMES`): the kernels, and `stored` (plain XLA in chunks of rows, the softmax
-kept for the backward: three matmuls, p [rows, vocab] in x's dtype held from the forward to the backward).
+kept for the backward: three matmuls, p [rows, vocab] in x's dtype held from the forward to the backward);
+"auto" (`choose_scheme`) takes the stored one where its temporaries fit the chip's share and there is no soft
+cap, else the kernels. The v5e timed both (benchmarks/measured/v5e-2026-12-04-bench-lm_head-2cd2df2.json):
+the stored scheme at 56.1 ms where the kernels took 73.7 and XLA's formulation 51.5 (Qwen3 8B's head, 2,048
+rows), and 274.6 against 350.4 at Gemma 3 4B's (8,192 rows, where XLA's did not fit and p and G took 12 GiB).
 
 Layout: where the hidden size is not a multiple of 128 (`plan.transposed`) the kernels get x.T and w.T
 and give dx.T and dw.T, transposed back here: on a TPU, whose default layout of such an array is
@@ -42,7 +46,7 @@ from . import kernels, stored
 from . import plan as plans
 from . import targets as target_checks
 from .blocks import KERNELS, LANES, round_up
-from .cost import chip
+from .cost import HBM_SHARE, Chip, chip
 from .transform import IDENTITY, LogitTransform
 
 
@@ -153,16 +157,31 @@ def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.
     return dx, (dw.T if flip else dw)[:vocab], db[0, :vocab]
 
 
-SCHEMES = ("kernels", "stored")
+SCHEMES = ("auto", "kernels", "stored")
+
+
+def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, transform: LogitTransform = IDENTITY,
+                  on: Chip | None = None) -> str:
+    """"stored" where its temporaries (`stored.temporaries`, at `stored.chunk`'s chunk) fit 1/`HBM_SHARE` of the
+    chip's HBM and there is no soft cap, else "kernels": where both run, the stored scheme's three matmuls beat the
+    kernels' five on the chip (the module docstring's figures), and past the share only the kernels keep the
+    rows' [rows, vocab] arrays out of HBM."""
+    on = on or chip()
+    if transform.tanh:
+        return "kernels"
+    chunk = stored.chunk(rows, vocab, itemsize, on, hidden)
+    fits = stored.temporaries(rows, vocab, itemsize, chunk, hidden, on.kind) <= on.hbm // HBM_SHARE
+    return "stored" if fits else "kernels"
 
 
 def statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
-               transform: LogitTransform = IDENTITY, *, scheme: str = "kernels") -> RowStats:
+               transform: LogitTransform = IDENTITY, *, scheme: str = "auto") -> RowStats:
     """`row_stats`, differentiable in x, w and b (b [vocab], its gradient in its dtype; None for a head
     without one, which then gets no gradient). The rows of out-of-range targets are NaN and pass no
     gradient back. `scheme`: "kernels" (ours: no [rows, vocab] array anywhere; the backward computes the
-    logits again) or "stored" (`stored`: plain XLA over chunks of rows keeping p [rows, vocab] in x's dtype
-    for the backward, three matmuls as XLA's formulation; no soft cap)."""
+    logits again), "stored" (`stored`: plain XLA over chunks of rows keeping p [rows, vocab] in x's dtype
+    for the backward, three matmuls as XLA's formulation; no soft cap) or "auto" (`choose_scheme` on the chip
+    being traced for)."""
     _check(x, w, b, targets)
     if scheme not in SCHEMES:
         raise ValueError(f"tokamax lm_head: scheme must be one of {SCHEMES}, got {scheme!r}")
@@ -170,6 +189,8 @@ def statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Arr
         raise ValueError("tokamax lm_head: scheme='stored' takes no soft cap (dz/dl then differs per logit, which "
                          "the stored p does not give back to its dtype's precision); scheme='kernels' does")
     target_checks.refuse("lm_head", targets, w.shape[0])
+    if scheme == "auto":
+        scheme = choose_scheme(x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, transform)
     if scheme == "stored":
         chunk = stored.chunk(x.shape[0], w.shape[0], jnp.dtype(x.dtype).itemsize, chip(), x.shape[1])
         return _stored_statistics(x, w, b, targets, transform, chunk)
@@ -201,34 +222,45 @@ def _bias(b: jax.Array | None, vocab: int) -> jax.Array:
     return jnp.zeros((vocab,), jnp.float32) if b is None else b.astype(jnp.float32)
 
 
-def _stored_forward(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, transform: LogitTransform,
-                    chunk: int) -> tuple[RowStats, jax.Array]:
+def stored_forward(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, transform: LogitTransform,
+                   chunk: int) -> tuple[RowStats, jax.Array]:
+    """The stored scheme's statistics (NaN rows where a target is outside the vocabulary) and its residual p
+    [rows padded to `chunk`, vocab] in x's dtype (`stored.forward`)."""
     vectors, p = stored.forward(x, w, _bias(b, w.shape[0]), targets, transform, chunk)
     lse, target_logit, entropy, log_sum_sq_probs, sum_logits, top1 = target_checks.nan_rows(
         list(vectors), targets, w.shape[0])
     return RowStats(lse, target_logit, lse - entropy, log_sum_sq_probs, sum_logits, top1, entropy), p
 
 
+def stored_vjp(x: jax.Array, w: jax.Array, targets: jax.Array, p: jax.Array, entropy: jax.Array, d_lse: jax.Array,
+               d_target: jax.Array, d_entropy: jax.Array, d_sum: jax.Array, transform: LogitTransform, *,
+               weight_grad: bool = True) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+    """(dx, dw, db float32 [vocab]; dw and db None where not `weight_grad`) of the stored scheme from `stored_forward`'s
+    p and entropy and the cotangents of lse, target_logit, entropy and sum_logits (the mean logit's folded in by
+    the caller, as `row_stats_vjp` takes them); a NaN row adds nothing."""
+    partial = RowStats(None, None, None, None, None, None, entropy)
+    coeffs = coefficients(partial, *(g.astype(jnp.float32) for g in (d_lse, d_target, d_entropy, d_sum)))
+    _, coeffs = target_checks.dropped(entropy, coeffs, targets, w.shape[0])
+    return stored.backward(x, w, p, targets, tuple(coeffs), transform, weight_grad=weight_grad)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
 def _stored_statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
                        transform: LogitTransform, chunk: int) -> RowStats:
-    return _stored_forward(x, w, b, targets, transform, chunk)[0]
+    return stored_forward(x, w, b, targets, transform, chunk)[0]
 
 
 def _stored_statistics_fwd(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
                            transform: LogitTransform, chunk: int) -> tuple[RowStats, tuple]:
-    stats, p = _stored_forward(x, w, b, targets, transform, chunk)
+    stats, p = stored_forward(x, w, b, targets, transform, chunk)
     return stats, (x, w, b, targets, p, stats.entropy)
 
 
 def _stored_statistics_bwd(transform: LogitTransform, chunk: int, residuals: tuple, cotangents: RowStats) -> tuple:
     x, w, b, targets, p, entropy = residuals
     d_mean = cotangents.mean_logit  # mean_logit = lse - entropy
-    partial = RowStats(None, None, None, None, None, None, entropy)
-    coeffs = coefficients(partial, *(g.astype(jnp.float32) for g in (
-        cotangents.lse + d_mean, cotangents.target_logit, cotangents.entropy - d_mean, cotangents.sum_logits)))
-    _, coeffs = target_checks.dropped(entropy, coeffs, targets, w.shape[0])  # NaN rows add nothing
-    dx, dw, db = stored.backward(x, w, p, targets, tuple(coeffs), transform)
+    dx, dw, db = stored_vjp(x, w, targets, p, entropy, cotangents.lse + d_mean, cotangents.target_logit,
+                            cotangents.entropy - d_mean, cotangents.sum_logits, transform)
     return dx, dw, None if b is None else db.astype(b.dtype), None
 
 

@@ -44,6 +44,11 @@ p's write; distillation's stored scheme, two models' logits, was laid out so on 
 WEIGHT_COPIED = ("TPU7x",)
 """Chips whose compiler holds a copy of the weight ([vocab, hidden] in its dtype) in the buffer G takes later: the
 compile-only v7x (Qwen3 8B's head: 2,390 MiB at 2,048 rows, 3,000 at 4,096)."""
+LOGITS_IN_GRADIENT = ("TPU v5 lite", "TPU v6 lite")
+"""Chips whose compiler puts a chunk's float32 logits in the buffer G takes later (they are dead by then): the
+v5e's own (Qwen3 8B's head at 2,048 rows: 1.159 GiB of temporaries, p and G to the MiB; Gemma 3 4B's at 8,192
+rows 12.0 GiB as the buffer assignment holds them, benchmarks/measured/v5e-2026-12-04-bench-lm_head-2cd2df2.json)
+and the compile-only v6e (1,187 MiB at Qwen3 8B's 2,048 rows)."""
 
 
 def chunk_for(rows: int, chunk: int) -> int:
@@ -52,15 +57,16 @@ def chunk_for(rows: int, chunk: int) -> int:
 
 
 def temporaries(rows: int, vocab: int, itemsize: int, chunk: int, hidden: int = 0, kind: str = "") -> int:
-    """Bytes the scheme holds beyond its operands and outputs, as the compile-only topologies laid them out (the
-    chip's own compiler has not been measured): p at the padded rows in x's dtype; the backward's G as large, which
-    XLA computes in one fusion that dx's and dw's matmuls read and does not write over p (on `WEIGHT_COPIED` chips
-    a copy of the weight takes that buffer first: the larger of the two); and `LOGITS_HELD` chunks' float32 logits
-    (v5e and v6e put them where G goes later; counted beside it here)."""
+    """Bytes the scheme holds beyond its operands and outputs: p at the padded rows in x's dtype; the backward's G
+    as large, which XLA computes in one fusion that dx's and dw's matmuls read and does not write over p (on
+    `WEIGHT_COPIED` chips a copy of the weight takes that buffer first: the larger of the two); and `LOGITS_HELD`
+    chunks' float32 logits, in G's buffer on `LOGITS_IN_GRADIENT` chips (the larger of the two), beside it
+    elsewhere (the most a chip not yet laid out can hold)."""
     chunk = chunk_for(rows, chunk)
     wide = round_up(rows, chunk) * vocab * itemsize
     gradient = max(wide, vocab * hidden * itemsize) if kind in WEIGHT_COPIED else wide
-    return wide + gradient + LOGITS_HELD * chunk * vocab * 4
+    logits = LOGITS_HELD * chunk * vocab * 4
+    return wide + (max(gradient, logits) if kind in LOGITS_IN_GRADIENT else gradient + logits)
 
 
 def chunk(rows: int, vocab: int, itemsize: int, on: roofline.Chip, hidden: int = 0) -> int:

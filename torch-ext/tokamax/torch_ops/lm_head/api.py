@@ -11,6 +11,7 @@ from ... import lm_head
 from .. import _checks
 from ..linear_softmax_cross_entropy.labels import refuse
 from .custom_ops import OP, lm_head_stats_op
+from .stored_ops import lm_head_stats_stored_op, statistics_chunk
 
 
 class LMHeadStatistics(NamedTuple):
@@ -37,8 +38,11 @@ class LMHeadStatistics(NamedTuple):
 def lm_head_statistics(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
                        *, logit_scale: float = 1.0, soft_cap: float | None = None,
                        temperature: float = 1.0) -> LMHeadStatistics:
-    """Per-row statistics of an LM head's logits without forming them (`tokamax.lm_head`'s kernels),
-    differentiable in hidden, weight and bias.
+    """Per-row statistics of an LM head's logits without holding them in float32 (`tokamax.lm_head`),
+    differentiable in hidden, weight and bias: where p [rows, vocab] in hidden's dtype fits an eighth of the
+    chip's HBM and there is no soft cap, the stored scheme (`statistics_chunk`: plain XLA keeping the softmax for
+    the backward, three matmuls), else our kernels (no [rows, vocab] array at all; the backward computes the
+    logits again; in a graph torch.compile traces too).
 
     hidden [rows, hidden] and weight [vocab, hidden] (nn.Linear's layout) of one dtype, bf16 or f32;
     bias [vocab] or None; targets int [rows] in [0, vocab): any other target is refused on CPU tensors
@@ -64,6 +68,9 @@ def lm_head_statistics(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.T
     except ValueError as e:
         raise ValueError(str(e).replace("tokamax lm_head", f"tokamax {OP}")) from None
     refuse(OP, "targets", targets, weight.shape[0])
-    out = lm_head_stats_op(hidden.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(),
-                           targets.to(torch.int32).contiguous(), transform.pre, transform.tanh, transform.post)
+    args = (hidden.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(),
+            targets.to(torch.int32).contiguous(), transform.pre, transform.tanh, transform.post)
+    # torch.compile traces no host choice (JAX answers it): the kernels there
+    chunk = 0 if torch.compiler.is_compiling() else statistics_chunk(hidden, weight, transform)
+    out = lm_head_stats_stored_op(*args, chunk)[:len(lm_head.OUTPUTS)] if chunk else lm_head_stats_op(*args)
     return LMHeadStatistics(*out)

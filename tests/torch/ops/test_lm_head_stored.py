@@ -1,0 +1,178 @@
+"""`lm_head_statistics` on the stored scheme (`torch_ops.lm_head.stored_ops`, `tokamax.lm_head.stored`), which the
+op takes where p fits the chip's share and there is no soft cap: the statistics and the gradients in the hidden
+states, the weight and the bias against float64 Torch on CPU tensors, with a scale, a temperature and int64
+targets as TRL passes them; which calls take it (`statistics_chunk`: not with a soft cap, not past the share, not at
+symbolic sizes); a frozen head's backward (dx alone, one op); NaN rows for targets outside the vocabulary where
+they are not read; the fakes against JAX's shapes, autograd on meta tensors, and the build's namespace."""
+
+from __future__ import annotations
+
+import collections
+import importlib
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tests.jax.cases import rng
+
+from . import checks
+
+ROWS, HIDDEN, VOCAB = 70, 64, 300
+
+
+@pytest.fixture(scope="module")
+def stored(tokamax):  # noqa: ANN001, ANN201
+    return importlib.import_module(f"{tokamax.__name__}.torch_ops.lm_head.stored_ops")
+
+
+class _Seen(TorchDispatchMode):
+    """Counts the custom ops a block dispatches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.seen[func.name().split("::")[-1]] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _operands() -> tuple[torch.Tensor, ...]:
+    x = checks.randn(ROWS, HIDDEN, seed=51, scale=HIDDEN ** -0.5).requires_grad_()
+    w = checks.randn(VOCAB, HIDDEN, seed=52).requires_grad_()
+    b = checks.randn(VOCAB, seed=53, scale=0.25).requires_grad_()
+    targets = torch.from_numpy(rng(54).integers(0, VOCAB, size=ROWS))  # int64, as TRL hands them
+    return x, w, b, targets
+
+
+def test_statistics_and_gradients_match_float64(ops, tokamax, stored):
+    x, w, b, targets = _operands()
+    transform = tokamax.lm_head.LogitTransform.of(scale=1.5, temperature=0.7)
+    assert stored.statistics_chunk(x, w, transform) > 0
+    with _Seen() as probe:
+        stats = ops.lm_head_statistics(x, w, b, targets, logit_scale=1.5, temperature=0.7)
+        g = [checks.randn(ROWS, seed=60 + i) for i in range(4)]
+        weighted = (g[0] * stats.log_probs + g[1] * stats.entropy + g[2] * stats.lse.square()
+                    + g[3] * (stats.sum_logits + stats.mean_logit))
+        weighted.sum().backward()
+    assert probe.seen["lm_head_stats_stored"] == probe.seen["lm_head_stats_stored_bwd"] == 1, probe.seen
+    assert probe.seen["lm_head_stats"] == 0, probe.seen
+
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    z = (x64 @ w64.T + b64) * 1.5 / 0.7
+    logp = torch.log_softmax(z, -1)
+    p = logp.exp()
+    rows = torch.arange(ROWS)
+    want = dict(lse=torch.logsumexp(z, -1), log_probs=logp[rows, targets], entropy=-(p * logp).sum(-1),
+                log_sum_sq_probs=torch.logsumexp(2 * logp, -1), sum_logits=z.sum(-1), mean_logit=(p * z).sum(-1))
+    (g[0].double() * want["log_probs"] + g[1].double() * want["entropy"] + g[2].double() * want["lse"].square()
+     + g[3].double() * (want["sum_logits"] + want["mean_logit"])).sum().backward()
+    # float32 operands and logits, p kept in float32: XLA's summation order over 64 and 300 terms (~1e-6 relative)
+    for name, expected in want.items():
+        torch.testing.assert_close(getattr(stats, name).double(), expected.detach(), rtol=2e-5, atol=5e-5,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+    assert torch.equal(stats.top1.bool(), z.argmax(-1) == targets)
+    for name, got, ref in (("dx", x, x64), ("dw", w, w64), ("db", b, b64)):
+        torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.kernels_ci
+def test_the_op_takes_it_where_it_fits_and_no_soft_cap_is_asked(tokamax, stored):
+    """On the v5e at Qwen3 8B's head the stored scheme up to the rows whose p and G fit the share (2,048 rows), the
+    kernels past it (4,096 rows) and with a soft cap; at symbolic sizes the kernels (the choice would specialize a
+    graph compiled for any rows)."""
+    lm_head = tokamax.lm_head
+    w = torch.zeros(151936, 4096, dtype=torch.bfloat16, device="meta")
+    with tokamax.emulation.emulated_chip("v5e"):
+        assert stored.statistics_chunk(torch.zeros(2048, 4096, dtype=torch.bfloat16, device="meta"), w,
+                                       lm_head.IDENTITY) == 1024
+        assert stored.statistics_chunk(torch.zeros(4096, 4096, dtype=torch.bfloat16, device="meta"), w,
+                                       lm_head.IDENTITY) == 0
+        assert stored.statistics_chunk(torch.zeros(2048, 4096, dtype=torch.bfloat16, device="meta"), w,
+                                       lm_head.LogitTransform.of(soft_cap=30.0)) == 0
+
+    seen = []
+
+    def step(x: torch.Tensor, w: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        seen.append(stored.statistics_chunk(x, w, lm_head.IDENTITY))
+        return x * (1 + seen[-1])
+
+    checks.traces_symbolically(step, torch.zeros(200, 128, device="meta"), torch.zeros(384, 128, device="meta"),
+                               torch.zeros(200, dtype=torch.int32, device="meta"))
+    assert seen == [0], seen
+
+
+def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops):
+    """A head whose weight and bias need no gradient (LoRA's): the dx-only op runs (one matmul, not two) and gives
+    the full backward's dx exactly."""
+    x, w, b, targets = _operands()
+    grads = []
+    for frozen in (False, True):
+        xs, ws, bs = (t.detach().clone().requires_grad_(t is x or not frozen) for t in (x, w, b))
+        with _Seen() as probe:
+            stats = ops.lm_head_statistics(xs, ws, bs, targets)
+            (stats.log_probs + 0.5 * stats.entropy).sum().backward()
+        assert probe.seen["lm_head_stats_stored_bwd_x" if frozen else "lm_head_stats_stored_bwd"] == 1, probe.seen
+        assert probe.seen["lm_head_stats_stored_bwd" if frozen else "lm_head_stats_stored_bwd_x"] == 0, probe.seen
+        assert (ws.grad is None) == frozen and (bs.grad is None) == frozen
+        grads.append(xs.grad)
+    torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
+
+
+def test_targets_outside_the_vocabulary_make_nan_rows_where_they_are_not_read(ops):
+    """The op called as a TPU graph calls it (the targets not read on the host): the rows of out-of-range targets
+    are NaN in every statistic and pass no gradient, the other rows as with valid targets."""
+    x, w, b, _ = _operands()
+    wrong = torch.from_numpy(rng(58).integers(0, VOCAB, size=ROWS)).to(torch.int32)
+    wrong[[5, 6]] = torch.tensor([-1, VOCAB], dtype=torch.int32)
+    ok = torch.ones(ROWS, dtype=torch.bool)
+    ok[[5, 6]] = False
+    outs, grads = [], []
+    for t in (wrong, torch.where(ok, wrong, 0)):
+        stats = ops.lm_head_stats_stored_op(x, w, b, t, 1.0, False, 1.0, 32)[:7]
+        torch.where(ok, stats[1] - stats[0] + stats[6], 0.0).sum().backward()
+        outs.append(stats)
+        grads.append([u.grad.clone() for u in (x, w, b)])
+        for u in (x, w, b):
+            u.grad = None
+    for name, g, expected in zip(ops.LMHeadStatistics._fields, *outs, strict=True):
+        assert g[~ok].isnan().all(), name
+        torch.testing.assert_close(g[ok], expected[ok], rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")
+    for name, g, want in zip(("dx", "dw", "db"), *grads, strict=True):
+        torch.testing.assert_close(g, want, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.kernels_ci
+def test_fakes_match_jax_shapes(ops, stored):
+    x, w, b = torch.zeros(200, 128, dtype=torch.bfloat16), torch.zeros(384, 128, dtype=torch.bfloat16), torch.zeros(384)
+    targets, row = torch.zeros(200, dtype=torch.int32), torch.zeros(200)
+    p = torch.zeros(256, 384, dtype=torch.bfloat16)
+    checks.fake_matches_jax(ops, ops.lm_head_stats_stored_op, stored._stored_jax, x, w, b, targets, 1.0, False, 1.0,
+                            128)
+    checks.fake_matches_jax(ops, ops.lm_head_stats_stored_bwd_op, stored._stored_bwd_jax, x, w, targets, p, row, row,
+                            row, row, row, 1.0, False, 1.0)
+    checks.fake_matches_jax(ops, ops.lm_head_stats_stored_bwd_x_op, stored._stored_bwd_x_jax, x, w, targets, p, row,
+                            row, row, row, row, 1.0, False, 1.0)
+
+
+@pytest.mark.kernels_ci
+def test_autograd_wiring_on_meta(ops, tokamax):
+    """Gradients reach hidden, weight and bias in their dtypes through the five differentiable statistics;
+    log_sum_sq_probs and top1 carry none (as TRL marks them)."""
+    x = torch.zeros(200, 128, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    w = torch.zeros(384, 128, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    b = torch.zeros(384, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    with _Seen() as probe:
+        stats = ops.lm_head_statistics(x, w, b, torch.zeros(200, dtype=torch.int32, device="meta"))
+        assert [s.requires_grad for s in stats] == [True, True, True, False, True, False, True]
+        (stats.log_probs + stats.mean_logit + stats.entropy + stats.sum_logits).sum().backward()
+    assert probe.seen["lm_head_stats_stored"] == 1, probe.seen
+    for t in (x, w, b):
+        assert (t.grad.shape, t.grad.dtype) == (t.shape, t.dtype)
+
+
+@pytest.mark.kernels_ci
+def test_in_build_namespace(ops, tokamax):
+    checks.assert_in_build_namespace(tokamax, ops.lm_head_stats_stored_op, ops.lm_head_stats_stored_bwd_op,
+                                     ops.lm_head_stats_stored_bwd_x_op)
