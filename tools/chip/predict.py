@@ -47,11 +47,20 @@ AUTO_KERNELS = ("a9c94e4", "bf5a22b", "e962c99", "9aff1ec")
 """Runs whose package defaults took the kernels: the LM head's (`chunk="auto"`) at every head (`fused.choose` counted
 the chunked scheme's temporaries as the compile-only topology lays them out, past an eighth of the v5e's HBM at both
 heads), and distillation's (before its stored scheme)."""
-AUTO_XLA_CHUNKS = {"Llama 3 8B": 2048, "Qwen3 8B": None}
-AUTO_XLA_RUNS = ("077895a", "1032390", "d7df2f0", "2cd2df2")
-"""Runs whose LM-head default (`chunk="auto"`) took XLA's float32 accumulator in chunks of 2048 at Llama 3 8B's head
-and the kernels at Qwen3 8B's (the accumulator kernel's temporaries counted as `memory_analysis()` gave them, past
-the share); later runs take `fused.choose_scheme`'s."""
+AUTO_SCHEMES = {
+    **{run: {"Llama 3 8B": (2048, False, False), "Qwen3 8B": (None, False, False)}
+       for run in ("077895a", "1032390", "d7df2f0", "2cd2df2")},
+    "1b5b766": {"Llama 3 8B": (1024, True, True), "Qwen3 8B": (512, True, True)},
+    "c0ffee0": {"Llama 3 8B": (1024, True, True, True), "Qwen3 8B": (1024, True, True, True)},
+}
+"""The LM-head default's scheme (`chunk="auto"`: chunk, accumulator kernel, pair) in runs that chose otherwise than
+`fused.choose_scheme` does now: XLA's float32 accumulator in chunks of 2048 at Llama 3 8B's head and the kernels at
+Qwen3 8B's (the accumulator kernel's temporaries counted as `memory_analysis()` gave them, past the share); then the
+pair with a 16-bit low half, which fit at Qwen's head in chunks of 512 only; then the int8 low half at both heads
+(`SCALED_RUNS`)."""
+SCALED_RUNS = ("c0ffee0",)
+"""Runs whose accumulator kernel kept the pair's low half in int8 (`lm_head.accumulate.SCALED`) where the impl names
+the pair alone ("pair accumulator, accumulator kernel"): the first run of it, before the names said "int8 low"."""
 STATISTICS_ON_KERNELS = ("077895a", "1032390", "9aff1ec", "bf5a22b", "d7df2f0", "2cd2df2")
 """Runs whose `lm_head.statistics` default ("tokamax") was the kernels; later runs take `stats.choose_scheme`'s."""
 KERNELS = ("tokamax", "tokamax (kernels)", "tokamax (whole-block bodies)", "tokamax (whole-block bodies, kernels)",
@@ -117,16 +126,18 @@ def _head(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
     if h is None:
         return None
     lm = tk.lm_head
-    if chunked := re.fullmatch(r"tokamax \(chunks of (\d+)(, pair accumulator)?(, accumulator kernel)?\)", r["impl"]):
+    pattern = r"tokamax \(chunks of (\d+)(, pair accumulator)?(, int8 low)?(, accumulator kernel)?\)"
+    if chunked := re.fullmatch(pattern, r["impl"]):
+        scaled = bool(chunked[3]) or (commit[:7] in SCALED_RUNS and bool(chunked[2]) and bool(chunked[4]))
         return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, int(chunked[1]), pair=bool(chunked[2]),
-                             kernel=bool(chunked[3])).seconds(chip)
+                             kernel=bool(chunked[4]), scaled=scaled).seconds(chip)
     if r["impl"] in KERNELS:
         if r["impl"] == "tokamax" and r["pass"] == "fwd+bwd" and commit[:7] not in AUTO_KERNELS:
-            scheme = (lm.fused.Scheme(AUTO_XLA_CHUNKS[h.model]) if commit[:7] in AUTO_XLA_RUNS
+            scheme = (lm.fused.Scheme(*AUTO_SCHEMES[commit[:7]][h.model]) if commit[:7] in AUTO_SCHEMES
                       else lm.fused.choose_scheme(h.rows, h.hidden, h.vocab, 2, chip))
             if scheme.chunk:
                 return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, scheme.chunk, pair=scheme.pair,
-                                     kernel=scheme.kernel).seconds(chip)
+                                     kernel=scheme.kernel, scaled=scheme.scaled).seconds(chip)
         costs = lm.plan.choose(h.rows, h.hidden, h.vocab, 2, chip).costs(h.hidden, h.vocab, 2)
         names = ("forward",) if r["pass"] == "fwd" else tuple(costs)
         return sum(costs[n].seconds(chip) for n in names)

@@ -29,13 +29,20 @@ def _arrays(chunk: int, vocab: int, hidden: int, seed: int = 0):  # noqa: ANN202
 
 
 @pytest.mark.kernels_ci
-@pytest.mark.parametrize("pair", [False, True], ids=["float32", "pair"])
+@pytest.mark.parametrize("pair", [False, True, "scaled"], ids=["float32", "pair", "pair-int8"])
 def test_the_kernel_adds_g_t_x_to_the_accumulator(accumulate, emulation, pair):
     chunk, vocab, hidden = 256, 1280, 384  # five blocks of 256 accumulator rows
     acc, g, x = _arrays(chunk, vocab, hidden)
     with emulation.interpret_on_cpu("v5e"):
         assert accumulate.block_rows(chunk, hidden, vocab, 2, 128 << 20) == 256
-        if pair:
+        if pair == "scaled":
+            high = acc.astype(jnp.bfloat16)
+            low = accumulate.scaled_low(high.astype(jnp.float32), acc, 7)
+            acc = accumulate.scaled_value(high.astype(jnp.float32), low, 7)  # what the pair holds
+            h, lo = jax.jit(accumulate.into)((high, low), g, x)
+            assert (h.dtype, lo.dtype) == (jnp.bfloat16, jnp.int8)
+            got = np.asarray(accumulate.scaled_value(h.astype(jnp.float32), lo, 7), np.float64)
+        elif pair:
             high = acc.astype(jnp.bfloat16)
             low = (acc - high.astype(jnp.float32)).astype(jnp.bfloat16)
             acc = high.astype(jnp.float32) + low.astype(jnp.float32)  # what the pair holds
@@ -47,19 +54,21 @@ def test_the_kernel_adds_g_t_x_to_the_accumulator(accumulate, emulation, pair):
     g64, x64 = np.asarray(g, np.float64), np.asarray(x, np.float64)
     want = np.asarray(acc, np.float64) + g64.T @ x64
     # float32: the product's sum over the chunk, ~sqrt(chunk) u of its magnitude, and the addition's rounding;
-    # the pair keeps about 16 bits of the sum (high's 8 and low's 8): 2^-16 of it
+    # the pair keeps about 16 bits of the sum (high's 8 and low's 8): 2^-16 of it; the int8 low half to 1/512 of
+    # high's last place, 1/256 where the remainder is within 1/512 of half that place (held as 127): 2^-15 of the sum
     bound = (np.sqrt(chunk) + 8) * U * (np.abs(g64).T @ np.abs(x64) + np.abs(want))
     if pair:
-        bound += 2.0 ** -16 * np.abs(want)
+        bound += 2.0 ** (-15 if pair == "scaled" else -16) * np.abs(want)
     assert (np.abs(got - want) <= bound).all(), float((np.abs(got - want) / bound).max())
 
 
 @pytest.mark.kernels_ci
-@pytest.mark.parametrize("pair", [False, True], ids=["float32", "pair"])
+@pytest.mark.parametrize("pair", [False, True, "scaled"], ids=["float32", "pair", "pair-int8"])
 def test_the_chunked_scheme_gives_what_xla_accumulates(kernel, emulation, accumulate, monkeypatch, pair):
     """300 rows in 3 chunks of 128 (the last padded) at a vocabulary of 1,280 (the kernel's) and 1,000 (no block
     divides it: XLA adds, and says nothing, as the kernel is an implementation choice): the loss, dx and db the
-    same bits; dW the same sums in another order, within one bf16 rounding and the float32 sums' order."""
+    same bits; dW the same sums in another order, within one bf16 rounding and the float32 sums' order (the
+    kernel's int8 low half against XLA's 16-bit one: 2^-15 of the sum, `accumulate`'s bound)."""
     lm_head = kernel.lm_head
     real = accumulate.into  # the kernel itself, wrapped below to count its calls
     for vocab in (1280, 1000):
@@ -74,7 +83,8 @@ def test_the_chunked_scheme_gives_what_xla_accumulates(kernel, emulation, accumu
 
             def step(x, w, use=use, targets=targets, m=m):  # noqa: ANN001, ANN202
                 return lm_head.fused.loss_and_grads(x, w, None, targets, m, lm_head.IDENTITY, chunk=128,
-                                                    pair_accumulator=pair, accumulator_kernel=use)
+                                                    pair_accumulator=bool(pair), accumulator_kernel=use,
+                                                    scaled_low=pair == "scaled")
             with emulation.interpret_on_cpu("v5e"):
                 out[use] = jax.jit(step)(x, w)
             calls[use] = len(seen)  # traced once: the scan's body
@@ -86,8 +96,40 @@ def test_the_chunked_scheme_gives_what_xla_accumulates(kernel, emulation, accumu
         a, k = np.asarray(dw, np.float64), np.asarray(dw_k, np.float64)
         ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(a), 1e-30))) - 7)  # bf16: 8 significant bits
         scale = np.abs(np.asarray(dw, np.float64)).max()
-        assert (np.abs(a - k) <= ulp + (np.sqrt(rows) + 8) * U * scale + 2.0 ** -16 * scale * pair).all(), vocab
+        low = {False: 0.0, True: 2.0 ** -16, "scaled": 2.0 ** -15}[pair]
+        assert (np.abs(a - k) <= ulp + (np.sqrt(rows) + 8) * U * scale + low * scale).all(), vocab
         assert (a != k).mean() < 0.05, vocab  # mostly the same rounding
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_the_int8_low_half_keeps_the_remainder_to_a_512th_of_highs_last_place(accumulate, dtype):
+    """`scaled_low` / `scaled_value` against float64 over sums from 2^-100 to 2^100 (bf16) or the float16 range,
+    either sign, zero, sums just below and at powers of two (where high rounds up into the next binade) and exactly
+    half a place from high: the value held is the sum within 1/512 of high's last place, within 1/256 where the
+    remainder is over 127.5 of its 1/256ths (held as 127), so the pair carries 7 to 8 more bits than high alone."""
+    r = np.random.default_rng(5)
+    bits = jnp.finfo(dtype).nmant
+    top = 100 if dtype == jnp.bfloat16 else 14
+    mags = np.exp2(r.uniform(-top, top, 4000)) * r.choice([-1.0, 1.0], 4000)
+    edges = np.exp2(np.arange(-12.0, 14.0))
+    halves = edges * (1 + 2.0 ** -(bits + 1))  # exactly half a place above a power of two
+    sums = np.concatenate([mags, [0.0, -0.0], edges, edges * (1 - 2.0 ** -20), -edges * (1 + 2.0 ** -12), halves,
+                           -halves])
+    total = jnp.asarray(sums, jnp.float32)
+    high = total.astype(dtype).astype(jnp.float32)
+    low = accumulate.scaled_low(high, total, bits)
+    assert low.dtype == jnp.int8
+    held = np.asarray(accumulate.scaled_value(high, low, bits), np.float64)
+    h = np.abs(np.asarray(high, np.float64))
+    place = np.exp2(np.floor(np.log2(np.maximum(h, 2.0 ** -126))) - bits)
+    want = np.asarray(total, np.float64)
+    err = np.abs(held - want)
+    tie = np.abs(np.asarray(high, np.float64) - want) > place / 2 - place / 512  # over 127.5 units: held as 127
+    assert tie[-2 * len(halves):].all() and tie[:len(mags)].mean() < 0.01
+    assert (err[~tie] <= place[~tie] / 512 + 2.0 ** -127).all(), float(np.max(err[~tie] / place[~tie]))
+    assert (err[tie] <= place[tie] / 256).all(), float(np.max(err[tie] / place[tie]))
+    assert (np.abs(np.asarray(high, np.float64) - want) > place / 512).mean() > 0.5  # high alone does not
 
 
 @pytest.mark.kernels_ci

@@ -2,8 +2,8 @@
 `loss_and_grads` at the scheme it picks on each chip) at the LM-head issue's step: 16,384 tokens,
 hidden 4096, bf16, Qwen's and Llama's vocabularies. Where it picks Liger's chunked scheme (`CHUNKED`: v7x
 at both, with XLA adding dW: three vocabulary-sized XLA matmuls, no kernel, XLA's flop count says three; v5e at
-both, with dW in the bf16 pair added by `lm_head.accumulate`'s kernel, the one kernel: chunks of 512 at Qwen's,
-1024 at Llama's, whose temporaries its own compiler assigns within an eighth of HBM), temporaries within its
+both, with dW in the pair added by `lm_head.accumulate`'s kernel, the one kernel, in chunks of 1024: its low half in
+int8, the temporaries its own compiler assigns within an eighth of HBM), temporaries within its
 estimate as a compile-only topology lays them out (`fused.temporaries`: the accumulator, two chunks' logits and
 dx's chunks); elsewhere (v6e, where the chunks that fit its estimate lose to them) our three kernels."""
 
@@ -33,7 +33,7 @@ def _build(chip: str, hidden: int, vocab: int) -> Any:
         scheme = lm_head.fused.choose_scheme(TOKENS, hidden, vocab, 2, on)
         # the compile-only topology's layout: the estimate without the chip's own (`fused.temporaries`)
         _PICKED[chip, vocab] = (scheme, scheme.chunk and lm_head.fused.cost(
-            TOKENS, hidden, vocab, 2, scheme.chunk, pair=scheme.pair, kernel=scheme.kernel))
+            TOKENS, hidden, vocab, 2, scheme.chunk, pair=scheme.pair, kernel=scheme.kernel, scaled=scheme.scaled))
         specs = [spec(mesh, (TOKENS, hidden), jnp.bfloat16), spec(mesh, (vocab, hidden), jnp.bfloat16),
                  spec(mesh, (TOKENS,), jnp.int32), spec(mesh, (TOKENS,), jnp.float32)]
 

@@ -5,13 +5,17 @@ matmul, unhidden (`fused.ACCUMULATOR_PASSES`).
 One Pallas kernel. Its grid walks blocks of the accumulator's rows (vocabulary entries); each step reads that
 block's columns of G [chunk, block], all of the chunk's x [chunk, hidden] (the same block every step: fetched
 once) and the accumulator's block, adds the product and writes the block back in place (`input_output_aliases`),
-so the pipeline fetches the next block while the MXU works this one. The accumulator is float32, or the pair of
-16-bit arrays `fused` keeps (high: the float32 sum rounded; low: what that rounding left), added to exactly as
-`fused._accumulated` adds: the same sums, the product's summation order aside.
+so the pipeline fetches the next block while the MXU works this one. The accumulator is float32, or the pair
+`fused` keeps: high, the float32 sum rounded to the 16-bit float dtype of x (dW itself at the end), and low, what
+that rounding left, in that dtype (added to exactly as `fused._accumulated` adds: the same sums, the product's
+summation order aside) or in int8 as a multiple of 1/256 of high's last place (`SCALED`: the remainder is at most
+half that place, so 8 bits keep about the same 16 bits of the sum as a 16-bit low half, within 1/512 of high's
+last place per addition, 1/256 where the remainder is within 1/512 of half of it (its 128 held as 127), for 3
+bytes an entry where the 16-bit pair takes 4).
 
-Shapes: acc [vocab, hidden] (float32, or two arrays of x's dtype), g [chunk, vocab], x [chunk, hidden], the
-vocabulary a multiple of 128: every block divides it (`block_rows`), so no step reads past it; elsewhere `fits`
-says no and the caller adds the product itself.
+Shapes: acc [vocab, hidden] (float32, or high in x's dtype and low in it or int8), g [chunk, vocab], x [chunk,
+hidden], the vocabulary a multiple of 128: every block divides it (`block_rows`), so no step reads past it;
+elsewhere `fits` says no and the caller adds the product itself.
 """
 
 from __future__ import annotations
@@ -31,6 +35,37 @@ VMEM_SHARE = 0.6
 """Of the scoped limit the kernel is compiled with: Mosaic's own temporaries beside what `vmem_bytes` counts."""
 
 Accumulator = jax.Array | tuple[jax.Array, jax.Array]
+SCALED = jnp.int8
+"""The low half's dtype where it holds the remainder in 1/256ths of high's last place."""
+
+
+def _place_exponents(high: jax.Array, mantissa_bits: int) -> tuple[jax.Array, jax.Array]:
+    """The float32 exponent fields of 2^-8 x high's last place and of its inverse, from high (float32, a value of
+    a float dtype with `mantissa_bits` explicit bits): high's biased exponent e gives the place 2^(e - 127 -
+    mantissa_bits), held within [mantissa_bits + 9, 254] so that both are normal float32 numbers (a high below
+    2^(-118 + mantissa_bits) keeps its remainder to 2^-126, far below any gradient)."""
+    e = jnp.clip(jax.lax.shift_right_logical(jax.lax.bitcast_convert_type(high, jnp.int32), 23) & 0xFF,
+                 mantissa_bits + 9, 254)
+    return e - mantissa_bits - 8, 262 + mantissa_bits - e
+
+
+def _power(field: jax.Array) -> jax.Array:
+    return jax.lax.bitcast_convert_type(jax.lax.shift_left(field, 23), jnp.float32)
+
+
+def scaled_low(high: jax.Array, total: jax.Array, mantissa_bits: int) -> jax.Array:
+    """total - high (float32, at most half high's last place) in int8 units of 1/256 of that place, rounded to the
+    nearest (half away from zero) and held within +-127."""
+    _, inverse = _place_exponents(high, mantissa_bits)
+    units = (total - high) * _power(inverse)
+    rounded = jnp.where(units >= 0, units + 0.5, units - 0.5).astype(jnp.int32)
+    return jnp.clip(rounded, -127, 127).astype(jnp.int8)
+
+
+def scaled_value(high: jax.Array, low: jax.Array, mantissa_bits: int) -> jax.Array:
+    """high + low's remainder, float32, from high (float32) and `scaled_low`'s int8."""
+    place, _ = _place_exponents(high, mantissa_bits)
+    return high + low.astype(jnp.int32).astype(jnp.float32) * _power(place)
 
 
 def vmem_bytes(chunk: int, hidden: int, block: int, itemsize: int) -> int:
@@ -69,6 +104,12 @@ def into(acc: Accumulator, g: jax.Array, x: jax.Array) -> Accumulator:
                          f"chunk [{chunk}, {hidden}] within the chip's VMEM ({capacity >> 20} MiB); add the product "
                          f"in XLA, or take a smaller chunk")
     arrays = tuple(acc) if pair else (acc,)
+    scaled = pair and arrays[1].dtype == SCALED
+    if pair and (arrays[0].dtype != x.dtype or arrays[1].dtype not in (x.dtype, SCALED)
+                 or (scaled and x.dtype.itemsize != 2)):
+        raise ValueError(f"tokamax lm_head accumulate: the pair is high in x's dtype and low in it or, for a 16-bit "
+                         f"x, int8; got {arrays[0].dtype} and {arrays[1].dtype} for x {x.dtype}")
+    bits = jnp.finfo(x.dtype).nmant if pair else 0
 
     def kernel(g_ref, x_ref, *refs) -> None:  # noqa: ANN001
         ins, outs = refs[:len(arrays)], refs[len(arrays):]
@@ -77,10 +118,17 @@ def into(acc: Accumulator, g: jax.Array, x: jax.Array) -> Accumulator:
         if not pair:
             outs[0][...] = ins[0][...] + part
             return
-        total = ins[0][...].astype(jnp.float32) + ins[1][...].astype(jnp.float32) + part
+        held = ins[0][...].astype(jnp.float32)
+        if scaled:
+            total = scaled_value(held, ins[1][...], bits) + part
+        else:
+            total = held + ins[1][...].astype(jnp.float32) + part
         high = total.astype(outs[0].dtype)
         outs[0][...] = high
-        outs[1][...] = (total - high.astype(jnp.float32)).astype(outs[1].dtype)
+        if scaled:
+            outs[1][...] = scaled_low(high.astype(jnp.float32), total, bits)
+        else:
+            outs[1][...] = (total - high.astype(jnp.float32)).astype(outs[1].dtype)
 
     acc_spec = pl.BlockSpec((block, hidden), lambda i: (i, 0))
     out = pl.pallas_call(

@@ -13,11 +13,12 @@ Two schemes, one result (`loss_and_grads`):
   (`temporaries`: the larger, as the chip's compiler lays them out). With `pair_accumulator`, dW
   accumulates as two arrays of w's dtype (the float32 sum rounded, and what that rounding left; the high half
   is dW itself). With `accumulator_kernel`, each chunk's dW is added by a Pallas kernel that streams the
-  accumulator under its matmul (`accumulate`): 14-19% faster on the v5e at the same chunks. `choose_scheme`
-  (`Scheme`) takes the fastest way that fits the share: on the v5e the pair with the kernel (Llama 3 8B's head
-  164.7 ms in chunks of 1024, XLA's own formulation 160.4; Qwen3 8B's 507.0 in chunks of 512, 394.8, where
-  chunks of 1024 hold 2.04 GiB), elsewhere XLA's float32 accumulator (XLA's pair ran no faster on the v5e,
-  192.5 against 197.4 ms at Llama's head in chunks of 1024).
+  accumulator under its matmul (`accumulate`): 14-19% faster on the v5e at the same chunks; with `scaled_low`
+  the pair's low half is int8 in 1/256ths of dW's last place (`accumulate.SCALED`). `choose_scheme` (`Scheme`)
+  takes the fastest way that fits the share: on the v5e the pair with the kernel in chunks of 1024 (Llama 3 8B's
+  head, the 16-bit low half: 164.7 ms, XLA's own formulation 160.4; Qwen3 8B's, where that holds 2.04 GiB, the
+  int8 one: 391.8 ms in 1.46 GiB, XLA's 394.4), elsewhere XLA's float32 accumulator (XLA's pair ran no faster on
+  the v5e, 192.5 against 197.4 ms at Llama's head in chunks of 1024).
 - **kernels**: our Pallas kernels (`kernels`): the statistics, then dx and dW with the loss's per-row
   coefficients: five matmuls (the backward kernels recompute the logits), about 1 MiB of temporaries.
 
@@ -56,6 +57,11 @@ KERNEL_CHUNKS = (2048, 1024, 512)
 """Chunk rows the chunked scheme takes with `accumulate`'s kernel adding dW: its accumulator traffic runs under the
 matmul, so smaller chunks cost little time and hold less (the pair at Qwen3 8B's head fits an eighth of the v5e's
 HBM at 512 rows, not at 1024)."""
+SCALED_SLOWDOWN = 1.03
+"""The accumulator kernel with the pair's low half in int8 (`accumulate.SCALED`) against its 16-bit low half, beyond
+the bytes it saves: the scale's vector work per entry. On the v5e 1.6-3.9% slower in chunks of 1024 and 2048
+(Llama 3 8B's head 168.7 against 164.6 ms at 1024; Qwen3 8B's 391.8 against 385.7), where the matmul bounds it; in
+chunks of 512, bound by the accumulator's traffic, 12% faster (the bytes count that)."""
 ACCUMULATOR_PASSES = 12
 """What the float32 dW accumulator costs beyond the roofline, in passes over it at the HBM bandwidth: XLA's
 loop does not hide its read-modify-write behind the matmuls. Measured on the v5e (benchmarks/measured/
@@ -74,31 +80,35 @@ class ChunkedCost:
     accumulator_bytes: int = 0  # dW's float32 accumulator, where there is more than one chunk
     kernel: bool = False  # dW added by `accumulate`'s kernel: its traffic under the matmul, nothing serial
     pair: bool = False  # dW accumulated in the pair of w's dtype
+    scaled: bool = False  # the pair's low half in int8 (`accumulate.SCALED`)
 
     def seconds(self, on: Chip) -> float:
         serial = 0 if self.kernel else ACCUMULATOR_PASSES * self.accumulator_bytes / on.hbm_bandwidth
-        return roofline.seconds(self.flops, self.bytes_accessed, 0, on, serial=serial)
+        return roofline.seconds(self.flops, self.bytes_accessed, 0, on, serial=serial) * (
+            SCALED_SLOWDOWN if self.scaled else 1.0)
 
 
 def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_grad: bool = True,
-         pair: bool = False, kind: str = "", kernel: bool = False) -> ChunkedCost:
+         pair: bool = False, kind: str = "", kernel: bool = False, scaled: bool = False) -> ChunkedCost:
     """Per chunk: w read by the logits' and dx's matmuls (a frozen head's too), x_c by the logits' and dW's,
     dx_c written, the logits written and read in float32, G written once and read by dx's and dW's matmuls;
     dW's float32 accumulator read and written per chunk (written only by the first). Three matmuls (two for
-    a frozen head: no dW). `pair`: the accumulator as two arrays of w's dtype (`loss_and_grads`), the same
-    bytes per pass at 16 bits, and only the low half a temporary (the high half is dW). `kernel`: dW added by
-    `accumulate`'s kernel, the same bytes streamed under the matmul (no `ACCUMULATOR_PASSES`)."""
+    a frozen head: no dW). `pair`: the accumulator as high and low in w's dtype, or with `scaled` (the kernel's
+    only) low in int8, only the low half a temporary (the high half is dW). `kernel`: dW added by `accumulate`'s
+    kernel, the same bytes streamed under the matmul (no `ACCUMULATOR_PASSES`)."""
     chunks = -(-rows // chunk)
     matmuls = 3 if weight_grad else 2
     w, x_c = vocab * hidden * itemsize, chunk * hidden * itemsize
     per_chunk = 2 * w + matmuls * x_c + 2 * chunk * vocab * 4 + matmuls * chunk * vocab * itemsize
-    accumulator = vocab * hidden * (2 * itemsize if pair else 4) if weight_grad else 0
-    moved = chunks * per_chunk + (2 * chunks - 1) * accumulator
     kernel = kernel and weight_grad
+    scaled = scaled and pair and kernel
+    low = 1 if scaled else itemsize
+    accumulator = vocab * hidden * (itemsize + low if pair else 4) if weight_grad else 0
+    moved = chunks * per_chunk + (2 * chunks - 1) * accumulator
     return ChunkedCost(chunk, matmuls * 2 * chunks * chunk * vocab * hidden, moved,
                        temporaries(chunks, chunk, vocab, accumulator, pair, kind, chunks * chunk * hidden * itemsize,
-                                   kernel, itemsize),
-                       accumulator if chunks > 1 else 0, kernel, pair and weight_grad)
+                                   kernel, itemsize, vocab * hidden * low),
+                       accumulator if chunks > 1 else 0, kernel, pair and weight_grad, scaled)
 
 
 LAID_OUT_ON_CHIP = ("TPU v5 lite",)
@@ -106,7 +116,7 @@ LAID_OUT_ON_CHIP = ("TPU v5 lite",)
 
 
 def temporaries(chunks: int, chunk: int, vocab: int, accumulator: int, pair: bool = False, kind: str = "",
-                rows_bytes: int = 0, kernel: bool = False, itemsize: int = 2) -> int:
+                rows_bytes: int = 0, kernel: bool = False, itemsize: int = 2, low_half: int | None = None) -> int:
     """The chunked scheme's temporaries: a float32 dW accumulator (the pair's low half), up to two chunks'
     float32 logits, and dx's chunks before they are cut to the rows (`rows_bytes`).
 
@@ -125,7 +135,7 @@ def temporaries(chunks: int, chunk: int, vocab: int, accumulator: int, pair: boo
     statistics ran on the v5e where that figure (16.0 GiB) was past the chip's 15.75 GiB and the assigned one
     12.0. Elsewhere the sum, as without the kernel, with the pair's high half."""
     logits = min(chunks, 2) * chunk * vocab * 4
-    held = (accumulator // 2 if pair else accumulator) if chunks > 1 else 0
+    held = ((accumulator // 2 if low_half is None else low_half) if pair else accumulator) if chunks > 1 else 0
     if kernel and chunks > 1:
         if kind in LAID_OUT_ON_CHIP:
             x_chunk = rows_bytes // chunks
@@ -144,6 +154,7 @@ class Scheme(NamedTuple):
     chunk: int | None
     kernel: bool = False
     pair: bool = False
+    scaled: bool = False  # the pair's low half in int8 (`accumulate.SCALED`), with the kernel
 
 
 def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool
@@ -151,19 +162,25 @@ def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: C
     """The chunked scheme's costs at `chunk` rows, one per way of adding dW offered there (`Scheme`'s kernel and
     pair): XLA's float32 accumulator at `CHUNKS`; on the chips whose compiler's layout of the accumulator kernel
     was measured (`LAID_OUT_ON_CHIP`) and where its VMEM holds the chunk, the kernel into a float32 accumulator or
-    the pair at `KERNEL_CHUNKS`. XLA's pair is not offered (no faster on the v5e, and as large)."""
-    ways = [(False, False)] * (chunk in CHUNKS)
+    the pair (its low half in w's 16-bit dtype or in int8) at `KERNEL_CHUNKS`. XLA's pair is not offered (no faster
+    on the v5e, and as large)."""
+    ways = [(False, False, False)] * (chunk in CHUNKS)
     if weight_grad and chip.kind in LAID_OUT_ON_CHIP and chunk in KERNEL_CHUNKS \
             and accumulate.fits(chunk, hidden, vocab, itemsize, chip.vmem):
-        ways += [(True, False), (True, True)]
-    return [cost(rows, hidden, vocab, itemsize, chunk, weight_grad, pair=p, kind=chip.kind, kernel=k)
-            for k, p in ways]
+        ways += [(True, False, False), (True, True, False)] + [(True, True, True)] * (itemsize == 2)
+    return [cost(rows, hidden, vocab, itemsize, chunk, weight_grad, pair=p, kind=chip.kind, kernel=k, scaled=q)
+            for k, p, q in ways]
+
+
+SMALL_BUFFERS = 64 << 20
+"""What the compiler holds beside the arrays `temporaries` counts (per-row vectors, its small buffers: within 64 MiB
+of every chunked record on the v5e), counted against the share so that a scheme at its edge is not taken."""
 
 
 def _fastest(costs: list[ChunkedCost], chip: Chip) -> ChunkedCost | None:
-    """The fastest of `costs` whose temporaries fit `HBM_SHARE` of the chip's HBM (among equals the larger chunk,
-    then the smaller temporaries), or None."""
-    fitting = [c for c in costs if c.temp_bytes <= chip.hbm // HBM_SHARE]
+    """The fastest of `costs` whose temporaries and `SMALL_BUFFERS` fit `HBM_SHARE` of the chip's HBM (among equals
+    the larger chunk, then the smaller temporaries), or None."""
+    fitting = [c for c in costs if c.temp_bytes + SMALL_BUFFERS <= chip.hbm // HBM_SHARE]
     return min(fitting, key=lambda c: (c.seconds(chip), -c.chunk, c.temp_bytes)) if fitting else None
 
 
@@ -179,7 +196,7 @@ def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
                      for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad)], chip)
     if best is None or best.seconds(chip) >= kernels:
         return Scheme(None)
-    return Scheme(best.chunk, best.kernel, best.pair)
+    return Scheme(best.chunk, best.kernel, best.pair, best.scaled)
 
 
 def accumulation(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
@@ -187,7 +204,7 @@ def accumulation(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, 
     """How the chunked scheme adds dW at a chunk asked for: the fastest way offered at it that fits the share, else
     XLA's float32 accumulator."""
     best = _fastest(_ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad), chip)
-    return Scheme(chunk, best.kernel, best.pair) if best is not None else Scheme(chunk)
+    return Scheme(chunk, best.kernel, best.pair, best.scaled) if best is not None else Scheme(chunk)
 
 
 def choose(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True) -> int | None:
@@ -215,8 +232,8 @@ def _accumulated(acc: jax.Array | tuple[jax.Array, jax.Array], part: jax.Array
 
 
 def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
-             z_loss: float, smoothing: float, chunk: int, weight_grad: bool, pair: bool, kernel: bool
-             ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+             z_loss: float, smoothing: float, chunk: int, weight_grad: bool, pair: bool, kernel: bool,
+             scaled: bool = False) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     rows, vocab = x.shape[0], w.shape[0]
     extra = round_up(rows, chunk) - rows
     xs = jnp.pad(x, ((0, extra), (0, 0))).reshape(-1, chunk, x.shape[1])
@@ -249,7 +266,8 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
             carry = (dw, db + jnp.sum(g, axis=0))
         return carry, (loss, dx_c.astype(x.dtype))
 
-    zeros = (jnp.zeros(w.shape, w.dtype),) * 2 if pair else jnp.zeros(w.shape, jnp.float32)
+    low = accumulate.SCALED if scaled and kernel and w.dtype.itemsize == 2 else w.dtype  # `accumulate`'s int8 low
+    zeros = (jnp.zeros(w.shape, w.dtype), jnp.zeros(w.shape, low)) if pair else jnp.zeros(w.shape, jnp.float32)
     init = (zeros, jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
     carry, (losses, dx) = jax.lax.scan(step, init, (xs, ts, ms))
     dx = dx.reshape(-1, x.shape[1])[:rows]
@@ -277,8 +295,8 @@ def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
 def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,
                    transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0, weight_grad: bool = True,
                    chunk: int | None | str = "auto", plan: plans.Plan | None = None,
-                   pair_accumulator: bool | None = None, accumulator_kernel: bool | None = None
-                   ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+                   pair_accumulator: bool | None = None, accumulator_kernel: bool | None = None,
+                   scaled_low: bool | None = None) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     """(sum_r weights_r loss_r float32 [], dx in x's dtype, dW in w's dtype, db float32 [vocab]; dW and db None
     where `weight_grad` is False). `targets` int [rows] in [0, vocab) where `weights` > 0 (others are not
     read): one outside is refused where it is on the host, else makes the loss NaN and adds nothing to the
@@ -287,8 +305,10 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     `pair_accumulator`: the chunked scheme accumulates dW in two arrays of w's dtype, not one float32 array
     (half its temporaries at 16 bits; dW within one rounding of the float32 accumulator's); `accumulator_kernel`:
     the chunked scheme adds each chunk's dW in a Pallas kernel that streams the accumulator under the matmul
-    (`accumulate`), where its VMEM holds the chunk (else XLA adds it). Either None: as `choose_scheme` says with
-    `chunk="auto"`, as `accumulation` says at a chunk asked for."""
+    (`accumulate`), where its VMEM holds the chunk (else XLA adds it); `scaled_low`: with both and a 16-bit w, the
+    pair's low half in int8 (`accumulate.SCALED`: a quarter less traffic and half the low half's bytes, the same
+    bits of the sum to 1/256 of dW's last place per chunk). Each None: as `choose_scheme` says with `chunk="auto"`,
+    as `accumulation` says at a chunk asked for."""
     _check(x, w, b, targets)
     if weights.shape != targets.shape:
         raise ValueError(f"tokamax lm_head loss_and_grads: weights must be [rows] ({targets.shape[0]}), got "
@@ -302,6 +322,7 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
         chunk = chosen.chunk
         accumulator_kernel = chosen.kernel if accumulator_kernel is None else accumulator_kernel
         pair_accumulator = chosen.pair if pair_accumulator is None else pair_accumulator
+        scaled_low = chosen.scaled if scaled_low is None else scaled_low
     m = weights.astype(jnp.float32)
     t = jnp.where(m > 0, targets, 0).astype(jnp.int32)
     target_checks.refuse("lm_head", t, w.shape[0])
@@ -310,4 +331,5 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     bias = jnp.zeros((w.shape[0],), jnp.float32) if b is None else b.astype(jnp.float32)
     kernel = bool(accumulator_kernel) and weight_grad and accumulate.fits(
         chunk, x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip().vmem)
-    return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator), kernel)
+    return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator), kernel,
+                    bool(scaled_low))
