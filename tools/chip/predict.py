@@ -51,14 +51,14 @@ AUTO_SCHEMES = {
     **{run: {"Llama 3 8B": (2048, False, False), "Qwen3 8B": (None, False, False)}
        for run in ("077895a", "1032390", "d7df2f0", "2cd2df2")},
     "1b5b766": {"Llama 3 8B": (1024, True, True), "Qwen3 8B": (512, True, True)},
-    "c0ffee0": {"Llama 3 8B": (1024, True, True, True), "Qwen3 8B": (1024, True, True, True)},
+    "edf44f8": {"Llama 3 8B": (1024, True, True, True), "Qwen3 8B": (1024, True, True, True)},
 }
 """The LM-head default's scheme (`chunk="auto"`: chunk, accumulator kernel, pair) in runs that chose otherwise than
 `fused.choose_scheme` does now: XLA's float32 accumulator in chunks of 2048 at Llama 3 8B's head and the kernels at
 Qwen3 8B's (the accumulator kernel's temporaries counted as `memory_analysis()` gave them, past the share); then the
 pair with a 16-bit low half, which fit at Qwen's head in chunks of 512 only; then the int8 low half at both heads
 (`SCALED_RUNS`)."""
-SCALED_RUNS = ("c0ffee0",)
+SCALED_RUNS = ("edf44f8",)
 """Runs whose accumulator kernel kept the pair's low half in int8 (`lm_head.accumulate.SCALED`) where the impl names
 the pair alone ("pair accumulator, accumulator kernel"): the first run of it, before the names said "int8 low"."""
 STATISTICS_ON_KERNELS = ("077895a", "1032390", "9aff1ec", "bf5a22b", "d7df2f0", "2cd2df2")
