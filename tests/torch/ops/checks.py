@@ -8,6 +8,7 @@ function the op runs, at concrete sizes, so a wrong fake shows up without a TPU.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import importlib
@@ -22,8 +23,22 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.jax.cases import rng
+
+
+class OpsSeen(TorchDispatchMode):
+    """Counts the ops a block dispatches, by their names without the namespace (`seen`): which custom ops a call
+    and its backward ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.seen[func.name().split("::")[-1]] += 1
+        return func(*args, **(kwargs or {}))
 
 
 def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32, scale: float = 1.0) -> torch.Tensor:

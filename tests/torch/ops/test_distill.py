@@ -7,12 +7,10 @@ alone), a frozen head's backward (dx alone, one kernel), and bad calls."""
 
 from __future__ import annotations
 
-import collections
 import importlib
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import checks
 
@@ -64,16 +62,6 @@ def test_divergence_entropy_and_gradients_match_float64(ops, beta, chunk):
         torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
 
 
-class _Ops(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        self.seen[func.name().split("::")[-1]] += 1
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("chunk", [0, 16], ids=["kernels", "stored"])
 def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops, chunk):
     """A student head whose weight and bias need no gradient (LoRA's): the dx-only op runs (one backward
@@ -83,7 +71,7 @@ def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops, chunk):
     name = "distill_divergence_stored_bwd" if chunk else "distill_divergence_bwd"
     for frozen in (False, True):
         x, w, b = (t.detach().clone().requires_grad_(t is xs or not frozen) for t in (xs, ws, bs))
-        with _Ops() as probe:
+        with checks.OpsSeen() as probe:
             div, _ = ops.distillation_divergence(x, w, b, xt, wt, bt, beta=0.5, chunk=chunk, **OPTIONS)
             div.sum().backward()
         assert probe.seen[f"{name}_x" if frozen else name] == 1, probe.seen

@@ -1,6 +1,7 @@
-"""The Torch LM-head statistics (`lm_head_statistics`, our kernels): the six statistics and the
-gradients in the hidden states, the weight and the bias against float64 Torch on CPU tensors
-(interpret mode) with a soft cap and a temperature, int64 targets as TRL passes them; the shared
+"""The Torch LM-head statistics (`lm_head_statistics`: our kernels, and the stored scheme where there is no soft
+cap, `test_lm_head_stored.py`): the seven statistics and the gradients in the hidden states, the weight and the
+bias against float64 Torch on CPU tensors (interpret mode) by either scheme, with a soft cap (the kernels) or
+without (the stored scheme), a scale and a temperature, int64 targets as TRL passes them; the shared
 checks (fakes against JAX shapes, symbolic tracing, one graph for two sizes, the kernel count in the
 TPU lowering), autograd on meta tensors (only the four differentiable statistics carry gradients),
 a frozen head's backward (dx alone, one kernel), and bad calls."""
@@ -26,22 +27,36 @@ def _operands() -> tuple[torch.Tensor, ...]:
     return x, w, b, targets
 
 
-def test_statistics_and_gradients_match_float64(ops):
+SCHEMES = {"kernels": 3.0, "stored": None}
+"""The soft cap each scheme's tests take: the op runs the stored scheme at these sizes unless there is a soft cap
+(`stored_ops.statistics_chunk`); the custom ops of each scheme are named `lm_head_stats...` and
+`lm_head_stats_stored...`."""
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_statistics_and_gradients_match_float64(ops, scheme):
     x, w, b, targets = _operands()
-    stats = ops.lm_head_statistics(x, w, b, targets, logit_scale=1.5, soft_cap=3.0, temperature=0.7)
-    g = [checks.randn(ROWS, seed=30 + i) for i in range(4)]
-    weighted = g[0] * stats.log_probs + g[1] * stats.entropy + g[2] * stats.lse.square() + g[3] * stats.sum_logits
-    weighted.sum().backward()
+    cap = SCHEMES[scheme]
+    with checks.OpsSeen() as probe:
+        stats = ops.lm_head_statistics(x, w, b, targets, logit_scale=1.5, soft_cap=cap, temperature=0.7)
+        g = [checks.randn(ROWS, seed=30 + i) for i in range(4)]
+        weighted = (g[0] * stats.log_probs + g[1] * stats.entropy + g[2] * stats.lse.square()
+                    + g[3] * (stats.sum_logits + stats.mean_logit))
+        weighted.sum().backward()
+    op = "lm_head_stats" if scheme == "kernels" else "lm_head_stats_stored"
+    assert probe.seen[op] == probe.seen[f"{op}_bwd"] == 1, probe.seen
 
     x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
-    z = 3.0 * torch.tanh((x64 @ w64.T + b64) * 1.5 / 3.0) / 0.7
+    raw = (x64 @ w64.T + b64) * 1.5
+    z = (raw if cap is None else cap * torch.tanh(raw / cap)) / 0.7
     logp = torch.log_softmax(z, -1)
     p = logp.exp()
     rows = torch.arange(ROWS)
     want = dict(lse=torch.logsumexp(z, -1), log_probs=logp[rows, targets], entropy=-(p * logp).sum(-1),
-                log_sum_sq_probs=torch.logsumexp(2 * logp, -1), sum_logits=z.sum(-1))
+                log_sum_sq_probs=torch.logsumexp(2 * logp, -1), sum_logits=z.sum(-1), mean_logit=(p * z).sum(-1))
     (g[0].double() * want["log_probs"] + g[1].double() * want["entropy"] + g[2].double() * want["lse"].square()
-     + g[3].double() * want["sum_logits"]).sum().backward()
+     + g[3].double() * (want["sum_logits"] + want["mean_logit"])).sum().backward()
+    # float32 operands and logits (the stored scheme's p in float32 too): summation order over 64 and 300 terms
     for name, expected in want.items():
         torch.testing.assert_close(getattr(stats, name).double(), expected.detach(), rtol=2e-5, atol=5e-5,
                                    msg=lambda m, n=name: f"{n}: {m}")
@@ -80,31 +95,21 @@ def test_the_outputs_keep_their_old_positions(ops, tokamax):
         torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
 
 
-def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops):
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops, scheme):
     """A head whose weight and bias need no gradient (LoRA's): the dx-only op runs (one backward kernel, not
-    two) and gives the full backward's dx exactly (the same kernel on the same inputs)."""
-    import collections
-
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Ops(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.seen = collections.Counter()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-            self.seen[func.name().split("::")[-1]] += 1
-            return func(*args, **(kwargs or {}))
-
+    two; the stored scheme's one matmul, not two) and gives the full backward's dx exactly (the same code on the
+    same inputs)."""
     x, w, b, targets = _operands()
+    op = "lm_head_stats" if scheme == "kernels" else "lm_head_stats_stored"
     grads = []
     for frozen in (False, True):
         xs, ws, bs = (t.detach().clone().requires_grad_(t is x or not frozen) for t in (x, w, b))
-        with Ops() as probe:
-            stats = ops.lm_head_statistics(xs, ws, bs, targets, soft_cap=3.0)
+        with checks.OpsSeen() as probe:
+            stats = ops.lm_head_statistics(xs, ws, bs, targets, soft_cap=SCHEMES[scheme])
             (stats.log_probs + 0.5 * stats.entropy).sum().backward()
-        assert probe.seen["lm_head_stats_bwd_x" if frozen else "lm_head_stats_bwd"] == 1, probe.seen
-        assert probe.seen["lm_head_stats_bwd" if frozen else "lm_head_stats_bwd_x"] == 0, probe.seen
+        assert probe.seen[f"{op}_bwd_x" if frozen else f"{op}_bwd"] == 1, probe.seen
+        assert probe.seen[f"{op}_bwd" if frozen else f"{op}_bwd_x"] == 0, probe.seen
         assert (ws.grad is None) == frozen and (bs.grad is None) == frozen
         grads.append(xs.grad)
     torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)

@@ -1,80 +1,25 @@
 """`lm_head_statistics` on the stored scheme (`torch_ops.lm_head.stored_ops`, `tokamax.lm_head.stored`), which the
-op takes where p fits the chip's share and there is no soft cap: the statistics and the gradients in the hidden
-states, the weight and the bias against float64 Torch on CPU tensors, with a scale, a temperature and int64
-targets as TRL passes them; which calls take it (`statistics_chunk`: not with a soft cap, not past the share, not at
-symbolic sizes); a frozen head's backward (dx alone, one op); NaN rows for targets outside the vocabulary where
-they are not read; the fakes against JAX's shapes, autograd on meta tensors, and the build's namespace."""
+op takes where p fits the chip's share and there is no soft cap: which calls take it (`statistics_chunk`: not with a
+soft cap, not past the share, not at symbolic sizes); NaN rows for targets outside the vocabulary where they are not
+read; the fakes against JAX's shapes, autograd on meta tensors, and the build's namespace. Its statistics and
+gradients against float64 and a frozen head's backward are `test_lm_head.py`'s, for either scheme."""
 
 from __future__ import annotations
 
-import collections
 import importlib
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.jax.cases import rng
 
 from . import checks
-
-ROWS, HIDDEN, VOCAB = 70, 64, 300
+from .test_lm_head import ROWS, VOCAB, _operands
 
 
 @pytest.fixture(scope="module")
 def stored(tokamax):  # noqa: ANN001, ANN201
     return importlib.import_module(f"{tokamax.__name__}.torch_ops.lm_head.stored_ops")
-
-
-class _Seen(TorchDispatchMode):
-    """Counts the custom ops a block dispatches."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        self.seen[func.name().split("::")[-1]] += 1
-        return func(*args, **(kwargs or {}))
-
-
-def _operands() -> tuple[torch.Tensor, ...]:
-    x = checks.randn(ROWS, HIDDEN, seed=51, scale=HIDDEN ** -0.5).requires_grad_()
-    w = checks.randn(VOCAB, HIDDEN, seed=52).requires_grad_()
-    b = checks.randn(VOCAB, seed=53, scale=0.25).requires_grad_()
-    targets = torch.from_numpy(rng(54).integers(0, VOCAB, size=ROWS))  # int64, as TRL hands them
-    return x, w, b, targets
-
-
-def test_statistics_and_gradients_match_float64(ops, tokamax, stored):
-    x, w, b, targets = _operands()
-    transform = tokamax.lm_head.LogitTransform.of(scale=1.5, temperature=0.7)
-    assert stored.statistics_chunk(x, w, transform) > 0
-    with _Seen() as probe:
-        stats = ops.lm_head_statistics(x, w, b, targets, logit_scale=1.5, temperature=0.7)
-        g = [checks.randn(ROWS, seed=60 + i) for i in range(4)]
-        weighted = (g[0] * stats.log_probs + g[1] * stats.entropy + g[2] * stats.lse.square()
-                    + g[3] * (stats.sum_logits + stats.mean_logit))
-        weighted.sum().backward()
-    assert probe.seen["lm_head_stats_stored"] == probe.seen["lm_head_stats_stored_bwd"] == 1, probe.seen
-    assert probe.seen["lm_head_stats"] == 0, probe.seen
-
-    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
-    z = (x64 @ w64.T + b64) * 1.5 / 0.7
-    logp = torch.log_softmax(z, -1)
-    p = logp.exp()
-    rows = torch.arange(ROWS)
-    want = dict(lse=torch.logsumexp(z, -1), log_probs=logp[rows, targets], entropy=-(p * logp).sum(-1),
-                log_sum_sq_probs=torch.logsumexp(2 * logp, -1), sum_logits=z.sum(-1), mean_logit=(p * z).sum(-1))
-    (g[0].double() * want["log_probs"] + g[1].double() * want["entropy"] + g[2].double() * want["lse"].square()
-     + g[3].double() * (want["sum_logits"] + want["mean_logit"])).sum().backward()
-    # float32 operands and logits, p kept in float32: XLA's summation order over 64 and 300 terms (~1e-6 relative)
-    for name, expected in want.items():
-        torch.testing.assert_close(getattr(stats, name).double(), expected.detach(), rtol=2e-5, atol=5e-5,
-                                   msg=lambda m, n=name: f"{n}: {m}")
-    assert torch.equal(stats.top1.bool(), z.argmax(-1) == targets)
-    for name, got, ref in (("dx", x, x64), ("dw", w, w64), ("db", b, b64)):
-        torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
 
 
 @pytest.mark.kernels_ci
@@ -101,23 +46,6 @@ def test_the_op_takes_it_where_it_fits_and_no_soft_cap_is_asked(tokamax, stored)
     checks.traces_symbolically(step, torch.zeros(200, 128, device="meta"), torch.zeros(384, 128, device="meta"),
                                torch.zeros(200, dtype=torch.int32, device="meta"))
     assert seen == [0], seen
-
-
-def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops):
-    """A head whose weight and bias need no gradient (LoRA's): the dx-only op runs (one matmul, not two) and gives
-    the full backward's dx exactly."""
-    x, w, b, targets = _operands()
-    grads = []
-    for frozen in (False, True):
-        xs, ws, bs = (t.detach().clone().requires_grad_(t is x or not frozen) for t in (x, w, b))
-        with _Seen() as probe:
-            stats = ops.lm_head_statistics(xs, ws, bs, targets)
-            (stats.log_probs + 0.5 * stats.entropy).sum().backward()
-        assert probe.seen["lm_head_stats_stored_bwd_x" if frozen else "lm_head_stats_stored_bwd"] == 1, probe.seen
-        assert probe.seen["lm_head_stats_stored_bwd" if frozen else "lm_head_stats_stored_bwd_x"] == 0, probe.seen
-        assert (ws.grad is None) == frozen and (bs.grad is None) == frozen
-        grads.append(xs.grad)
-    torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
 
 
 def test_targets_outside_the_vocabulary_make_nan_rows_where_they_are_not_read(ops):
@@ -163,7 +91,7 @@ def test_autograd_wiring_on_meta(ops, tokamax):
     x = torch.zeros(200, 128, dtype=torch.bfloat16, device="meta", requires_grad=True)
     w = torch.zeros(384, 128, dtype=torch.bfloat16, device="meta", requires_grad=True)
     b = torch.zeros(384, dtype=torch.bfloat16, device="meta", requires_grad=True)
-    with _Seen() as probe:
+    with checks.OpsSeen() as probe:
         stats = ops.lm_head_statistics(x, w, b, torch.zeros(200, dtype=torch.int32, device="meta"))
         assert [s.requires_grad for s in stats] == [True, True, True, False, True, False, True]
         (stats.log_probs + stats.mean_logit + stats.entropy + stats.sum_logits).sum().backward()
