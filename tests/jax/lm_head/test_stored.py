@@ -169,3 +169,21 @@ def test_the_default_takes_the_stored_scheme_where_it_fits_and_the_kernels_elsew
             want = jax.value_and_grad(loss, (0, 1, 2))(x, w, b, {"scheme": scheme})
         for a, e in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(e), err_msg=scheme)
+
+
+@pytest.mark.kernels_ci
+def test_no_rows_give_empty_statistics_and_zero_weight_gradients(kernel):
+    """A call with no rows (an empty micro-batch) by the default, which takes the stored scheme there: empty
+    statistics, an empty dx, and zero dw and db, as the kernels give."""
+    lm_head = kernel.lm_head
+    _, w, b, _ = operands(8, 64, 200, seed=9)
+    x, targets = np.zeros((0, 64), np.float32), np.zeros((0,), np.int32)
+    assert lm_head.stats.choose_scheme(0, 64, 200, 4) == "stored"
+
+    def loss(x, w, b):  # noqa: ANN001, ANN202
+        s = lm_head.statistics(x, w, b, targets)
+        return (s.lse - s.target_logit + s.entropy).sum()
+
+    value, (dx, dw, db) = jax.value_and_grad(loss, (0, 1, 2))(x, w, b)
+    assert float(value) == 0.0 and dx.shape == (0, 64)
+    assert not np.asarray(dw).any() and not np.asarray(db).any()

@@ -52,8 +52,8 @@ and the compile-only v6e (1,187 MiB at Qwen3 8B's 2,048 rows)."""
 
 
 def chunk_for(rows: int, chunk: int) -> int:
-    """`chunk` capped at the rows rounded up to 8 (one chunk, barely padded, for fewer rows)."""
-    return min(chunk, round_up(rows, 8))
+    """`chunk` capped at the rows rounded up to 8 (one chunk, barely padded, for fewer rows; 8 for none)."""
+    return min(chunk, round_up(max(rows, 1), 8))
 
 
 def temporaries(rows: int, vocab: int, itemsize: int, chunk: int, hidden: int = 0, kind: str = "") -> int:
