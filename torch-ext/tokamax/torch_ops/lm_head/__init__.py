@@ -1,8 +1,8 @@
-"""Per-row statistics of an LM head's logits on Torch tensors (our kernels, `tokamax.lm_head`):
-log-sum-exp, target logit, mean logit, log sum p^2, sum of logits, top-1 and entropy (in that order), with
-a bias, logit scale, soft cap and temperature, differentiable in the hidden states, the weight and the
-bias; never the [rows, vocab] logits. What TRL's fused LM head and the fused loss's
-options (soft caps, z-loss, label smoothing) run on.
+"""Per-row statistics of an LM head's logits on Torch tensors (`tokamax.lm_head`): log-sum-exp, target logit,
+mean logit, log sum p^2, sum of logits, top-1 and entropy (in that order), with a bias, logit scale, soft cap and
+temperature, differentiable in the hidden states, the weight and the bias; never the float32 [rows, vocab] logits
+(our kernels hold no [rows, vocab] array; the stored scheme, taken where it fits, keeps p in the hidden states'
+dtype). What TRL's fused LM head and the fused loss's options (soft caps, z-loss, label smoothing) run on.
 
 - `api`: `lm_head_statistics` and its result, `LMHeadStatistics`.
 - `custom_ops`: the forward and backward custom ops on the kernels.
