@@ -116,9 +116,9 @@ LAID_OUT_ON_CHIP = ("TPU v5 lite",)
 
 
 def temporaries(chunks: int, chunk: int, vocab: int, accumulator: int, pair: bool = False, kind: str = "",
-                rows_bytes: int = 0, kernel: bool = False, itemsize: int = 2, low_half: int | None = None) -> int:
-    """The chunked scheme's temporaries: a float32 dW accumulator (the pair's low half), up to two chunks'
-    float32 logits, and dx's chunks before they are cut to the rows (`rows_bytes`).
+                rows_bytes: int = 0, kernel: bool = False, itemsize: int = 2, low_half: int = 0) -> int:
+    """The chunked scheme's temporaries: a float32 dW accumulator (the pair's low half, `low_half` bytes), up to two
+    chunks' float32 logits, and dx's chunks before they are cut to the rows (`rows_bytes`).
 
     On the chips of `LAID_OUT_ON_CHIP` as their own compiler lays them out (`memory_analysis()` of the call
     compiled on the v5e, benchmarks/measured/v5e-2026-12-04-bench-lm_head-9aff1ec.json and -bf5a22b.json): with
@@ -135,7 +135,7 @@ def temporaries(chunks: int, chunk: int, vocab: int, accumulator: int, pair: boo
     statistics ran on the v5e where that figure (16.0 GiB) was past the chip's 15.75 GiB and the assigned one
     12.0. Elsewhere the sum, as without the kernel, with the pair's high half."""
     logits = min(chunks, 2) * chunk * vocab * 4
-    held = ((accumulator // 2 if low_half is None else low_half) if pair else accumulator) if chunks > 1 else 0
+    held = (low_half if pair else accumulator) if chunks > 1 else 0
     if kernel and chunks > 1:
         if kind in LAID_OUT_ON_CHIP:
             x_chunk = rows_bytes // chunks
@@ -192,8 +192,8 @@ def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
     costs = plan.costs(hidden, vocab, itemsize)
     kernels = sum(c.seconds(chip) for name, c in costs.items() if weight_grad or name != "backward_w")
     chunks = sorted({*CHUNKS, *KERNEL_CHUNKS}, reverse=True)
-    best = _fastest([c for chunk in chunks if chunk <= round_up(rows, KERNEL_CHUNKS[-1])
-                     for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad)], chip)
+    best = _fastest([c for chunk in chunks for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad)
+                     if chunk <= round_up(rows, (KERNEL_CHUNKS if c.kernel else CHUNKS)[-1])], chip)
     if best is None or best.seconds(chip) >= kernels:
         return Scheme(None)
     return Scheme(best.chunk, best.kernel, best.pair, best.scaled)
