@@ -99,9 +99,9 @@ def main(argv: list[str]) -> int:
         print(f"chip check: {counts}", flush=True)
         status |= counts.get("failed", 0) > 0
     if args.what in ("bench", "all"):
-        from .workloads import attention, lm_head, lm_head_columns, moe
+        from .workloads import attention, lm_head, lm_head_columns, lm_head_statistics, moe
 
-        chosen = {"attention": attention, "moe": moe, "lm_head": lm_head}
+        chosen = {"attention": attention, "moe": moe, "lm_head": lm_head, "lm_head_statistics": lm_head_statistics}
         extra = {"lm_head_columns": lm_head_columns}  # run when named only
         names = [n for n in args.only.split(",") if n] or list(chosen)
         out = ResultsFile(args.out / "bench.json", header(args.commit, "bench"))

@@ -61,8 +61,14 @@ pair with a 16-bit low half, which fit at Qwen's head in chunks of 512 only; the
 SCALED_RUNS = ("edf44f8",)
 """Runs whose accumulator kernel kept the pair's low half in int8 (`lm_head.accumulate.SCALED`) where the impl names
 the pair alone ("pair accumulator, accumulator kernel"): the first run of it, before the names said "int8 low"."""
-STATISTICS_ON_KERNELS = ("077895a", "1032390", "9aff1ec", "bf5a22b", "d7df2f0", "2cd2df2")
+STATISTICS_ON_KERNELS = ("a9c94e4", "077895a", "1032390", "9aff1ec", "bf5a22b", "d7df2f0", "2cd2df2")
 """Runs whose `lm_head.statistics` default ("tokamax") was the kernels; later runs take `stats.choose_scheme`'s."""
+WHOLE_P_RUNS = {"2cd2df2": (), "1b5b766": ("Qwen3 8B",), "edf44f8": ("Qwen3 8B",)}
+"""Runs whose stored scheme kept every row's p and made its backward's G whole (one step over the vocabulary), by
+commit, with the heads their default took it at (where p and G fit an eighth of HBM); later runs keep p for the
+rows that fit and step over the vocabulary (`lm_head.stored.Layout`)."""
+WHOLE_P_CHUNKS = {"Qwen3 8B": 1024, "Gemma 3 4B": 256}
+"""That scheme's forward chunk at the benchmark's heads (the largest whose p, G and logits fit, else the smallest)."""
 KERNELS = ("tokamax", "tokamax (kernels)", "tokamax (whole-block bodies)", "tokamax (whole-block bodies, kernels)",
            "tokamax (columns of 1024)", "tokamax (columns of 1024, kernels)", "tokamax (columns of 2048)",
            "tokamax (columns of 2048, kernels)")
@@ -85,7 +91,9 @@ def v5e(tk: ModuleType) -> Any:
 
 
 def _shape(case: str, shapes: tuple) -> Any:
-    return next((s for s in shapes if case.startswith(s.model)), None)
+    """The shape of `shapes` a record's case names: its model, and its rows where shapes have them."""
+    return next((s for s in shapes
+                 if case.startswith(s.model) and (not hasattr(s, "rows") or f" {s.rows} rows" in case)), None)
 
 
 def _measured(tk: ModuleType, commit: str) -> dict:
@@ -144,17 +152,37 @@ def _head(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
     return None
 
 
+def _stored_layout(tk: ModuleType, r: dict, h: Any, chip: Any, commit: str) -> Any:
+    """The stored scheme's layout a record ran: named in its impl, the whole-p scheme's in `WHOLE_P_RUNS`, else what
+    `stats.stored_layout` takes."""
+    named = re.search(r"stored: chunk (\d+), (\d+) kept, columns (\d+)", r["impl"])
+    if named:
+        return tk.lm_head.stored.Layout(*map(int, named.groups()))
+    if commit[:7] in WHOLE_P_RUNS:
+        chunk = WHOLE_P_CHUNKS[h.model]
+        return tk.lm_head.stored.Layout(chunk, -(-h.rows // chunk) * chunk, h.vocab)
+    return tk.lm_head.stats.stored_layout(h.rows, h.hidden, h.vocab, 2, on=chip)
+
+
 def _statistics(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
-    """TRL's statistics: the kernels' roofline ("tokamax (kernels)"), the stored scheme's (`lm_head.stored.cost`, at
-    the chunk `stored.chunk` takes: "tokamax (stored)"), or for "tokamax", the package's default, the one
-    `stats.choose_scheme` takes (the kernels in `STATISTICS_ON_KERNELS`' runs)."""
+    """TRL's statistics: the kernels' roofline ("tokamax (kernels)"), the stored scheme's (`lm_head.stored.cost`) at
+    the layout the record ran (`_stored_layout`), or for "tokamax", the package's default, the one
+    `stats.choose_scheme` takes (the kernels in `STATISTICS_ON_KERNELS`' runs, `WHOLE_P_RUNS`' own choice)."""
     h = _shape(r["case"], STATISTICS)
     lm = tk.lm_head
-    auto = r["impl"] == "tokamax" and commit[:7] not in STATISTICS_ON_KERNELS
-    if r["impl"] == "tokamax (stored)" or (auto and lm.stats.choose_scheme(h.rows, h.hidden, h.vocab, 2, on=chip)
-                                           == "stored"):
-        chunk = lm.stored.chunk(h.rows, h.vocab, 2, chip, h.hidden)
-        return lm.stored.cost(h.rows, h.hidden, h.vocab, 2, chunk, backward=r["pass"] != "fwd").seconds(chip)
+    if r["impl"] == "tokamax":
+        run = commit[:7]
+        if run in STATISTICS_ON_KERNELS:
+            stored = False
+        elif run in WHOLE_P_RUNS:
+            stored = h.model in WHOLE_P_RUNS[run]
+        else:
+            stored = lm.stats.choose_scheme(h.rows, h.hidden, h.vocab, 2, on=chip) == "stored"
+    else:
+        stored = r["impl"].startswith("tokamax (stored")
+    if stored:
+        layout = _stored_layout(tk, r, h, chip, commit)
+        return lm.stored.cost(h.rows, h.hidden, h.vocab, 2, layout, backward=r["pass"] != "fwd").seconds(chip)
     if r["impl"] not in ("tokamax", "tokamax (kernels)"):
         return None
     costs = lm.plan.choose(h.rows, h.hidden, h.vocab, 2, chip).costs(h.hidden, h.vocab, 2)

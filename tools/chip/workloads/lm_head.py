@@ -1,7 +1,6 @@
-"""The LM head: the labels path's loss (`lm_head.fused.loss_and_grads`: gradients made in the forward) and
-TRL's statistics (`lm_head.statistics`: the package's default "tokamax", the kernels and the stored scheme
-forced), against XLA's plain formulation with float32 [rows, vocab] logits materialized (what transformers' loss
-and TRL's function compute); and distillation's divergence (`tokamax.distill.divergence`, the generalized JSD:
+"""The LM head: the labels path's loss (`lm_head.fused.loss_and_grads`: gradients made in the forward) against
+XLA's plain formulation with float32 [rows, vocab] logits materialized (what transformers' loss computes; TRL's
+statistics are `lm_head_statistics`'); and distillation's divergence (`tokamax.distill.divergence`, the generalized JSD:
 the package's choice "tokamax", the stored scheme and the kernels forced) against the same loss written plainly
 in XLA."""
 
@@ -13,7 +12,7 @@ from types import ModuleType
 import jax
 import jax.numpy as jnp
 
-from ..models import DISTILL, HEADS, STATISTICS
+from ..models import DISTILL, HEADS
 from . import Workload, normal, with_grads
 
 CHUNKS = (512, 1024, 2048)  # the chunked scheme at fixed chunks, beside the package's own choice
@@ -33,17 +32,18 @@ def xla_loss(x: jax.Array, w: jax.Array, t: jax.Array) -> jax.Array:
     return jnp.mean(lse - jnp.take_along_axis(z, t[:, None], axis=1)[:, 0])
 
 
-def xla_statistics(x: jax.Array, w: jax.Array, b: jax.Array, t: jax.Array) -> jax.Array:
-    log_p = jax.nn.log_softmax(_logits(x, w) + b, axis=1)
-    entropy = -(jnp.exp(log_p) * log_p).sum(1)
-    return -jnp.take_along_axis(log_p, t[:, None], axis=1).sum() + entropy.sum()
-
-
 def xla_jsd(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array) -> jax.Array:
     log_ps, log_pt = jax.nn.log_softmax(_logits(xs, ws), axis=1), jax.nn.log_softmax(_logits(xt, wt), axis=1)
     log_m = jnp.logaddexp(log_ps + jnp.log1p(-BETA), log_pt + jnp.log(BETA))
     div = BETA * (jnp.exp(log_pt) * (log_pt - log_m)).sum(1) + (1 - BETA) * (jnp.exp(log_ps) * (log_ps - log_m)).sum(1)
     return div.sum()
+
+
+def xla_kl(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array, beta: float) -> jax.Array:
+    """TRL's KLs written plainly: beta 0 the forward KL(p_t || p_s), 1 the reverse KL(p_s || p_t)."""
+    log_ps, log_pt = jax.nn.log_softmax(_logits(xs, ws), axis=1), jax.nn.log_softmax(_logits(xt, wt), axis=1)
+    first, second = (log_pt, log_ps) if beta == 0 else (log_ps, log_pt)
+    return (jnp.exp(first) * (first - second)).sum()
 
 
 def _head_args(rows: int, hidden: int, vocab: int) -> tuple:
@@ -115,25 +115,6 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
         yield Workload("lm_head_loss", case, "xla", "fwd+bwd",
                        lambda m=make: (with_grads(xla_loss, (0, 1)), m()), 3 * flops)
 
-    def statistics(scheme: str):  # noqa: ANN202
-        def loss(x: jax.Array, w: jax.Array, b: jax.Array, t: jax.Array) -> jax.Array:
-            s = lm_head.statistics(x, w, b, t, scheme=scheme)
-            return -(s.target_logit - s.lse).sum() + s.entropy.sum()
-        return loss
-
-    for h in STATISTICS:
-        case = f"{h.model} head (TRL's statistics): {h.rows} rows, hidden {h.hidden}, vocabulary {h.vocab}"
-        def make(h=h) -> tuple:  # noqa: ANN001
-            x, w, t = _head_args(h.rows, h.hidden, h.vocab)
-            return x, w, jnp.zeros((h.vocab,), jnp.float32), t
-        flops = 2 * h.rows * h.hidden * h.vocab
-        impls = (("tokamax", statistics("auto")), ("tokamax (kernels)", statistics("kernels")),
-                 ("tokamax (stored)", statistics("stored")), ("xla", xla_statistics))
-        for impl, fn in impls:
-            yield Workload("lm_head_statistics", case, impl, "fwd", lambda m=make, fn=fn: (fn, m()), flops)
-            yield Workload("lm_head_statistics", case, impl, "fwd+bwd",
-                           lambda m=make, fn=fn: (with_grads(fn, (0, 1)), m()), 3 * flops)
-
     def jsd(scheme: str):  # noqa: ANN202
         def loss(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array) -> jax.Array:
             return tk.distill.divergence(xs, ws, None, xt, wt, None, beta=BETA, scheme=scheme)[0].sum()
@@ -144,6 +125,16 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
             with tk.distill.kernels.whole_blocks():
                 return fn(*args)
         return traced
+
+    def divergence(beta: float):  # noqa: ANN202
+        def loss(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array) -> jax.Array:
+            return tk.distill.divergence(xs, ws, None, xt, wt, None, beta=beta)[0].sum()
+        return loss
+
+    def kl(beta: float):  # noqa: ANN202
+        def loss(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array) -> jax.Array:
+            return xla_kl(xs, ws, xt, wt, beta)
+        return loss
 
     for d in DISTILL:
         case = (f"{d.model} (JSD, beta {BETA}): {d.rows} rows, student {d.student_hidden}, teacher {d.teacher_hidden}, "
@@ -162,3 +153,13 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
             forward, both = wrap(fn), wrap(with_grads(fn, (0, 1)))
             yield Workload("distillation", case, impl, "fwd", lambda m=make, f=forward: (f, m()), fwd)
             yield Workload("distillation", case, impl, "fwd+bwd", lambda m=make, f=both: (f, m()), fwd + bwd)
+        # a frozen (LoRA) student head: dx alone; and TRL's KLs (beta 0 and 1), each by the package's choice and XLA
+        frozen = fwd + 2 * d.rows * d.vocab * d.student_hidden
+        for impl, fn in (("tokamax (frozen head)", jsd("auto")), ("xla (frozen head)", xla_jsd)):
+            yield Workload("distillation", case, impl, "fwd+bwd",
+                           lambda m=make, fn=fn: (with_grads(fn, (0,)), m()), frozen)
+        for beta, name in ((0.0, "forward KL"), (1.0, "reverse KL")):
+            kl_case = case.replace(f"JSD, beta {BETA}", name)
+            for impl, fn in (("tokamax", divergence(beta)), ("xla", kl(beta))):
+                yield Workload("distillation", kl_case, impl, "fwd+bwd",
+                               lambda m=make, fn=fn: (with_grads(fn, (0, 1)), m()), fwd + bwd)

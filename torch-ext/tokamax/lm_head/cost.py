@@ -52,8 +52,9 @@ schemes, distillation's stored one) may take 1/HBM_SHARE of the chip's HBM (the 
 @dataclasses.dataclass(frozen=True)
 class StoredCost:
     """A stored scheme's cost over a step: XLA's ops over chunks of rows (the LM head's statistics, distillation's
-    divergence), so no grid steps; the roofline plus `seconds_per_logit` of vector work over each logit of the
-    forward that its matmuls do not hide (measured on the v5e; other chips by `roofline.scaled`)."""
+    divergence), so no grid steps; the roofline plus `seconds_per_logit` of vector work over each of its `logits`
+    that its matmuls do not hide (measured on the v5e; other chips by `roofline.scaled`). `after`: a phase that
+    runs after this one (the LM head's backward after its forward), timed on its own roofline and added."""
 
     chunk: int
     flops: int
@@ -61,14 +62,16 @@ class StoredCost:
     temp_bytes: int
     logits: int = 0
     seconds_per_logit: float = 0.0
+    after: StoredCost | None = None
 
     def seconds(self, on: Chip) -> float:
         """The MXU's time with the vector work after it, or the HBM time where that is longer: XLA's fusions do
         that work as they stream their operands, so a call bound by HBM hides it (the v5e: Gemma 3 4B's stored
         statistics forward, chunks of 256 re-reading the weight, 101.0 ms against an HBM time of 102)."""
         vector = self.logits * roofline.scaled(self.seconds_per_logit, on)
-        return max(roofline.seconds(self.flops, 0, 0, on, serial=vector),
+        mine = max(roofline.seconds(self.flops, 0, 0, on, serial=vector),
                    roofline.seconds(0, self.bytes_accessed, 0, on))
+        return mine + (self.after.seconds(on) if self.after else 0.0)
 
 
 @dataclasses.dataclass(frozen=True)

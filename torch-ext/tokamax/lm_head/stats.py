@@ -46,7 +46,7 @@ from . import kernels, stored
 from . import plan as plans
 from . import targets as target_checks
 from .blocks import KERNELS, LANES, round_up
-from .cost import HBM_SHARE, Chip, chip
+from .cost import Chip, chip
 from .transform import IDENTITY, LogitTransform
 
 
@@ -160,41 +160,55 @@ def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.
 SCHEMES = ("auto", "kernels", "stored")
 
 
+def kernels_seconds(rows: int, hidden: int, vocab: int, itemsize: int, on: Chip, soft_cap: bool = False) -> float:
+    """The kernels' forward and both backward kernels on `on`, at `plan.choose`'s blocks (`cost`'s roofline)."""
+    plan = plans.choose(rows, hidden, vocab, itemsize, on)
+    return sum(c.seconds(on) for c in plan.costs(hidden, vocab, itemsize, soft_cap=soft_cap).values())
+
+
 def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, transform: LogitTransform = IDENTITY,
                   on: Chip | None = None) -> str:
-    """"stored" where its temporaries (`stored.temporaries`, at `stored.chunk`'s chunk) fit 1/`HBM_SHARE` of the
-    chip's HBM and there is no soft cap, else "kernels": where both run, the stored scheme's three matmuls beat the
-    kernels' five on the chip (the module docstring's figures), and past the share only the kernels keep the
-    rows' [rows, vocab] arrays out of HBM."""
+    """"stored" where a layout of it fits 1/`HBM_SHARE` of the chip's HBM (`stored.layout`) and its roofline is below
+    the kernels', else "kernels": the stored scheme's three matmuls for the rows it keeps and four for the others
+    beat the kernels' five on the chip (the module docstring's figures); where even dx's accumulator is past the
+    share, only the kernels keep the rows' arrays out of HBM."""
     on = on or chip()
-    if transform.tanh:
+    lay = stored.layout(rows, vocab, itemsize, on, hidden, transform.tanh)
+    if lay is None:
         return "kernels"
-    chunk = stored.chunk(rows, vocab, itemsize, on, hidden)
-    fits = stored.temporaries(rows, vocab, itemsize, chunk, hidden, on.kind) <= on.hbm // HBM_SHARE
-    return "stored" if fits else "kernels"
+    mine = stored.cost(rows, hidden, vocab, itemsize, lay).seconds(on)
+    return "stored" if mine <= kernels_seconds(rows, hidden, vocab, itemsize, on, transform.tanh) else "kernels"
+
+
+def stored_layout(rows: int, hidden: int, vocab: int, itemsize: int, transform: LogitTransform = IDENTITY,
+                  on: Chip | None = None) -> stored.Layout:
+    """`stored.layout` on the chip being traced for, or where none fits the share the least a call can take
+    (`stored.smallest`: asked for, the scheme runs past the share)."""
+    on = on or chip()
+    return stored.layout(rows, vocab, itemsize, on, hidden, transform.tanh) or stored.smallest(rows, vocab)
 
 
 def statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
-               transform: LogitTransform = IDENTITY, *, scheme: str = "auto") -> RowStats:
+               transform: LogitTransform = IDENTITY, *, scheme: str = "auto", layout: stored.Layout | None = None
+               ) -> RowStats:
     """`row_stats`, differentiable in x, w and b (b [vocab], its gradient in its dtype; None for a head
     without one, which then gets no gradient). The rows of out-of-range targets are NaN and pass no
     gradient back. `scheme`: "kernels" (ours: no [rows, vocab] array anywhere; the backward computes the
-    logits again), "stored" (`stored`: plain XLA over chunks of rows keeping p [rows, vocab] in x's dtype
-    for the backward, three matmuls as XLA's formulation; no soft cap) or "auto" (`choose_scheme` on the chip
-    being traced for)."""
+    logits again), "stored" (`stored`: plain XLA, p [rows, vocab] in x's dtype kept for the rows that fit the
+    share, the others' logits computed again in the backward; at `layout`, default `stored_layout`'s) or "auto"
+    (`choose_scheme` on the chip being traced for)."""
     _check(x, w, b, targets)
     if scheme not in SCHEMES:
         raise ValueError(f"tokamax lm_head: scheme must be one of {SCHEMES}, got {scheme!r}")
-    if scheme == "stored" and transform.tanh:
-        raise ValueError("tokamax lm_head: scheme='stored' takes no soft cap (dz/dl then differs per logit, which "
-                         "the stored p does not give back to its dtype's precision); scheme='kernels' does")
     target_checks.refuse("lm_head", targets, w.shape[0])
+    shape = (x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize)
     if scheme == "auto":
-        scheme = choose_scheme(x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, transform)
+        scheme = choose_scheme(*shape, transform)
     if scheme == "stored":
-        chunk = stored.chunk(x.shape[0], w.shape[0], jnp.dtype(x.dtype).itemsize, chip(), x.shape[1])
-        return _stored_statistics(x, w, b, targets, transform, chunk)
+        return _stored_statistics(x, w, b, targets, transform, layout or stored_layout(*shape, transform))
     return _statistics(x, w, b, targets, transform)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def _statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
                 transform: LogitTransform) -> RowStats:
@@ -223,44 +237,47 @@ def _bias(b: jax.Array | None, vocab: int) -> jax.Array:
 
 
 def stored_forward(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, transform: LogitTransform,
-                   chunk: int) -> tuple[RowStats, jax.Array]:
+                   chunk: int, kept: int) -> tuple[RowStats, jax.Array]:
     """The stored scheme's statistics (NaN rows where a target is outside the vocabulary) and its residual p
-    [rows padded to `chunk`, vocab] in x's dtype (`stored.forward`)."""
-    vectors, p = stored.forward(x, w, _bias(b, w.shape[0]), targets, transform, chunk)
+    [kept, vocab] in x's dtype (`stored.forward`)."""
+    vectors, p = stored.forward(x, w, _bias(b, w.shape[0]), targets, transform, chunk, kept)
     lse, target_logit, entropy, log_sum_sq_probs, sum_logits, top1 = target_checks.nan_rows(
         list(vectors), targets, w.shape[0])
     return RowStats(lse, target_logit, lse - entropy, log_sum_sq_probs, sum_logits, top1, entropy), p
 
 
-def stored_vjp(x: jax.Array, w: jax.Array, targets: jax.Array, p: jax.Array, entropy: jax.Array, d_lse: jax.Array,
-               d_target: jax.Array, d_entropy: jax.Array, d_sum: jax.Array, transform: LogitTransform, *,
-               weight_grad: bool = True) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+def stored_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, p: jax.Array, lse: jax.Array,
+               entropy: jax.Array, d_lse: jax.Array, d_target: jax.Array, d_entropy: jax.Array, d_sum: jax.Array,
+               transform: LogitTransform, columns: int, *, weight_grad: bool = True
+               ) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
     """(dx, dw, db float32 [vocab]; dw and db None where not `weight_grad`) of the stored scheme from `stored_forward`'s
-    p and entropy and the cotangents of lse, target_logit, entropy and sum_logits (the mean logit's folded in by
-    the caller, as `row_stats_vjp` takes them); a NaN row adds nothing."""
+    p, lse and entropy and the cotangents of lse, target_logit, entropy and sum_logits (the mean logit's folded in
+    by the caller, as `row_stats_vjp` takes them), `columns` vocabulary columns per step; a NaN row adds nothing."""
     partial = RowStats(None, None, None, None, None, None, entropy)
     coeffs = coefficients(partial, *(g.astype(jnp.float32) for g in (d_lse, d_target, d_entropy, d_sum)))
-    _, coeffs = target_checks.dropped(entropy, coeffs, targets, w.shape[0])
-    return stored.backward(x, w, p, targets, tuple(coeffs), transform, weight_grad=weight_grad)
+    lse, coeffs = target_checks.dropped(lse.astype(jnp.float32), coeffs, targets, w.shape[0])
+    return stored.backward(x, w, _bias(b, w.shape[0]), p, lse, targets, tuple(coeffs), transform, columns,
+                           weight_grad=weight_grad)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
 def _stored_statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
-                       transform: LogitTransform, chunk: int) -> RowStats:
-    return stored_forward(x, w, b, targets, transform, chunk)[0]
+                       transform: LogitTransform, layout: stored.Layout) -> RowStats:
+    return stored_forward(x, w, b, targets, transform, layout.chunk, 0)[0]
 
 
 def _stored_statistics_fwd(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
-                           transform: LogitTransform, chunk: int) -> tuple[RowStats, tuple]:
-    stats, p = stored_forward(x, w, b, targets, transform, chunk)
-    return stats, (x, w, b, targets, p, stats.entropy)
+                           transform: LogitTransform, layout: stored.Layout) -> tuple[RowStats, tuple]:
+    stats, p = stored_forward(x, w, b, targets, transform, layout.chunk, layout.kept)
+    return stats, (x, w, b, targets, p, stats.lse, stats.entropy)
 
 
-def _stored_statistics_bwd(transform: LogitTransform, chunk: int, residuals: tuple, cotangents: RowStats) -> tuple:
-    x, w, b, targets, p, entropy = residuals
+def _stored_statistics_bwd(transform: LogitTransform, layout: stored.Layout, residuals: tuple,
+                           cotangents: RowStats) -> tuple:
+    x, w, b, targets, p, lse, entropy = residuals
     d_mean = cotangents.mean_logit  # mean_logit = lse - entropy
-    dx, dw, db = stored_vjp(x, w, targets, p, entropy, cotangents.lse + d_mean, cotangents.target_logit,
-                            cotangents.entropy - d_mean, cotangents.sum_logits, transform)
+    dx, dw, db = stored_vjp(x, w, b, targets, p, lse, entropy, cotangents.lse + d_mean, cotangents.target_logit,
+                            cotangents.entropy - d_mean, cotangents.sum_logits, transform, layout.columns)
     return dx, dw, None if b is None else db.astype(b.dtype), None
 
 

@@ -1,54 +1,74 @@
-"""The LM head's statistics in plain XLA with the softmax stored: three matmuls, as XLA's formulation, holding p and
-its gradient in x's dtype where XLA holds float32 logits and theirs. TRL's path (log-probabilities, the entropy,
-...) cannot know its cotangents in the forward, so the kernels' backward computes the logits again (twice: once per
-gradient kernel, five matmuls in all, 1.75x XLA's time on the v5e at Gemma 3 4B's head). Here the forward keeps
-what the backward needs instead.
+"""The LM head's statistics in plain XLA with the softmax stored for the rows that fit: three matmuls where p is kept,
+four where it is computed again. TRL's path (log-probabilities, the entropy, ...) cannot know its cotangents in the
+forward, so the kernels' backward computes the logits again (twice: once per gradient kernel, five matmuls in all,
+1.44x XLA's time on the v5e at Qwen3 8B's head). Here the forward keeps what the backward needs instead, for as many
+rows as the chip's share holds.
 
 Per row r, with z = transform(x @ w.T + b) and p = softmax(z), every differentiable statistic's gradient to z
 is p_j (a + b log p_j) + c [j = target] + d for per-row (a, b, c, d) made of the cotangents (`stats.coefficients`),
-and a scale or temperature multiplies it by dz/dl, one number. So p alone, [rows, vocab] in x's dtype, is the
-residual:
+times dz/dl (one number per row without a soft cap: a scale or a temperature). So p alone, [rows, vocab] in x's
+dtype, is the residual of a row, or its lse (one float) where the backward computes its logits again.
 
-- `forward`: a `lax.scan` over chunks of `chunk` rows (the rows padded with zeros to a multiple): per chunk the
-  float32 logits (one matmul in the operands' dtype, float32 out), the six statistics the forward kernel gives
-  (`kernels.FORWARD_OUTPUTS`' order) and p in x's dtype. No chunk holds more than its own [chunk, vocab] logits.
-- `backward`: G = dz/dl (p (a + b log p) + c [j = target] + d) in float32, rounded once to x's dtype (as TRL
-  rounds its logits' gradient to the compute dtype), then dx = G @ w and dw = G.T @ x with float32 accumulation,
-  no loop; db = sum_r G in float32. In bf16, p is rounded once (2^-9 relative): log p to 2^-9 absolute, so G's
-  error is p's. An entry of p below bf16's smallest number (z more than ~87 under the row's log-sum-exp) is 0,
-  and so is its term p log p.
+- `forward`: a `lax.scan` over chunks of `Layout.chunk` rows (the rows padded with zeros to a multiple): per chunk
+  the float32 logits (one matmul in the operands' dtype, float32 out), the six statistics the forward kernel gives
+  (`kernels.FORWARD_OUTPUTS`' order), and p in x's dtype for the first `Layout.kept` rows. No chunk holds more than
+  its own [chunk, vocab] logits.
+- `backward`: a `lax.scan` over the vocabulary, `Layout.columns` columns at a time (the last, narrower step after
+  it): per step the kept rows' p is read, the other rows' logits are computed again (p = e^(z - lse), exact in
+  float32), G = dz/dl (p (a + b log p) + c [j = target] + d) in float32 is rounded once to x's dtype (as TRL rounds
+  its logits' gradient to the compute dtype), then dw's rows for those columns = G.T @ x (whole: every row is in
+  the step), db's = sum_r G in float32, and dx += G @ w[columns] into a float32 [rows, hidden] accumulator. No
+  [rows, vocab] array but p; in bf16 p is rounded once (2^-9 relative): log p to 2^-9 absolute, so G's error is
+  p's. An entry of p below bf16's smallest number (z more than ~87 under the row's log-sum-exp) is 0, and so is
+  its term p log p.
 
-A soft cap makes dz/dl differ per logit (1 - tanh^2), which p does not give back to bf16's precision near the
-cap: `stats.statistics` refuses the scheme there (the kernels take it). Temporaries (`temporaries`): p, G and one
-chunk's float32 logits; `chunk` takes the largest chunk whose temporaries fit an eighth of HBM. `cost` is the
-scheme's roofline (`tools.chip bench` times it as "tokamax (stored)" beside the kernels and XLA).
+A soft cap makes dz/dl differ per logit (1 - tanh^2), which p does not give back to bf16's precision near the cap:
+there no row's p is kept (`layout`), and every row's logits are computed again, dz/dl with them. `layout` takes the
+chunk, the kept rows and the columns whose temporaries (`temporaries`) fit an eighth of HBM at the least `cost`;
+`cost` is the scheme's roofline (`tools.chip bench` times it as "tokamax (stored)" beside the kernels and XLA).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from .. import roofline
-from .blocks import round_up
+from .blocks import LANES, round_up
 from .cost import HBM_SHARE, STATISTICS_SECONDS, StoredCost
 from .softmax import log_softmax
 from .transform import LogitTransform
 
 CHUNKS = (1024, 512, 256)
-"""Chunk rows, largest first: each chunk reads the whole weight (1.24 GB at Qwen3 8B's head in bf16), so at 256
-rows a chunk's matmul (1.9 ms on the v5e) is about as long as that read (2.1 ms), and smaller chunks only lose."""
+"""The forward's chunk rows, largest first: each chunk reads the whole weight (1.24 GB at Qwen3 8B's head in bf16),
+so at 256 rows a chunk's matmul (1.9 ms on the v5e) is about as long as that read (2.1 ms), and smaller chunks only
+lose."""
+COLUMNS = (8192, 4096, 2048, 1024)
+"""The backward's vocabulary columns per step, largest first: each step reads and writes dx's float32 accumulator
+([rows, hidden]) and reads x once more, so fewer, wider steps move less; a step holds [rows, columns] arrays."""
+BACKWARD_SECONDS = 20e-12
+"""Seconds per logit of the backward's vector work that its matmuls do not hide, on the v5e: the stored scheme with
+G made whole measured 17.7 and 22 ps per logit beyond its roofline (Qwen3 8B's head at 2,048 rows, Gemma 3 4B's at
+8,192: benchmarks/measured/v5e-2026-12-04-bench-lm_head-2cd2df2.json). Other chips by `roofline.scaled`."""
 LOGITS_HELD = 1
-"""[chunk, vocab] float32 arrays a chunk holds: its logits (XLA fuses what is made from them into the reductions and
-p's write; distillation's stored scheme, two models' logits, was laid out so on the v5e to the byte)."""
-WEIGHT_COPIED = ("TPU7x",)
-"""Chips whose compiler holds a copy of the weight ([vocab, hidden] in its dtype) in the buffer G takes later: the
-compile-only v7x (Qwen3 8B's head: 2,390 MiB at 2,048 rows, 3,000 at 4,096)."""
-LOGITS_IN_GRADIENT = ("TPU v5 lite", "TPU v6 lite")
-"""Chips whose compiler puts a chunk's float32 logits in the buffer G takes later (they are dead by then): the
-v5e's own (Qwen3 8B's head at 2,048 rows: 1.159 GiB of temporaries, p and G to the MiB; Gemma 3 4B's at 8,192
-rows 12.0 GiB as the buffer assignment holds them, benchmarks/measured/v5e-2026-12-04-bench-lm_head-2cd2df2.json)
-and the compile-only v6e (1,187 MiB at Qwen3 8B's 2,048 rows)."""
+"""[chunk, vocab] float32 arrays a forward chunk holds: its logits (XLA fuses what is made from them into the
+reductions and p's write; distillation's stored scheme, two models' logits, was laid out so on the v5e to the
+byte)."""
+STEP_ARRAYS = 4
+"""Bytes per [rows, columns] entry a backward step holds: one float32 array (XLA fuses G into each matmul's operand;
+the v5e's compiler held one [rows, columns] float32 array per step beside dx's accumulator: 128 MiB at Gemma 3 4B's
+8,192 rows and 4,096 columns)."""
+
+
+class Layout(NamedTuple):
+    """Where the scheme holds what: `chunk` rows per forward step, p kept for the first `kept` rows (a multiple
+    of `chunk`, at most the rows padded to it; 0 under a soft cap), `columns` vocabulary columns per backward step."""
+
+    chunk: int
+    kept: int
+    columns: int
 
 
 def chunk_for(rows: int, chunk: int) -> int:
@@ -56,49 +76,83 @@ def chunk_for(rows: int, chunk: int) -> int:
     return min(chunk, round_up(max(rows, 1), 8))
 
 
-def temporaries(rows: int, vocab: int, itemsize: int, chunk: int, hidden: int = 0, kind: str = "") -> int:
-    """Bytes the scheme holds beyond its operands and outputs: p at the padded rows in x's dtype; the backward's G
-    as large, which XLA computes in one fusion that dx's and dw's matmuls read and does not write over p (on
-    `WEIGHT_COPIED` chips a copy of the weight takes that buffer first: the larger of the two); and `LOGITS_HELD`
-    chunks' float32 logits, in G's buffer on `LOGITS_IN_GRADIENT` chips (the larger of the two), beside it
-    elsewhere (the most a chip not yet laid out can hold)."""
-    chunk = chunk_for(rows, chunk)
-    wide = round_up(rows, chunk) * vocab * itemsize
-    gradient = max(wide, vocab * hidden * itemsize) if kind in WEIGHT_COPIED else wide
-    logits = LOGITS_HELD * chunk * vocab * 4
-    return wide + (max(gradient, logits) if kind in LOGITS_IN_GRADIENT else gradient + logits)
+def columns_for(vocab: int, columns: int) -> int:
+    """`columns` capped at the vocabulary rounded up to the lanes (one step for a narrower vocabulary)."""
+    return min(columns, round_up(max(vocab, 1), 128))
 
 
-def chunk(rows: int, vocab: int, itemsize: int, on: roofline.Chip, hidden: int = 0) -> int:
-    """The largest chunk of `CHUNKS` whose temporaries fit 1/`HBM_SHARE` of `on`'s HBM (the LM head's rule), else the
-    smallest (asked for, the scheme runs past the share: p and G alone are 2 x rows x vocab)."""
-    sizes = [chunk_for(rows, c) for c in CHUNKS]
-    return next((c for c in sizes if temporaries(rows, vocab, itemsize, c, hidden, on.kind) <= on.hbm // HBM_SHARE),
-                sizes[-1])
+def temporaries(rows: int, vocab: int, itemsize: int, layout: Layout, hidden: int) -> int:
+    """Bytes the scheme holds beyond its operands and outputs: the kept rows' p in x's dtype throughout; beside it
+    the larger of the forward's (`LOGITS_HELD` chunks' float32 logits) and the backward's (dx's float32 accumulator
+    and one step's `STEP_ARRAYS` bytes per [rows, columns] entry)."""
+    chunk = chunk_for(rows, layout.chunk)
+    forward = LOGITS_HELD * chunk * vocab * 4
+    backward = rows * hidden * 4 + STEP_ARRAYS * rows * columns_for(vocab, layout.columns)
+    return layout.kept * round_up(vocab, LANES) * itemsize + max(forward, backward)
 
 
-def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, *, backward: bool = True,
+def layouts(rows: int, vocab: int, itemsize: int, hidden: int, budget: int, soft_cap: bool = False
+            ) -> list[Layout]:
+    """Every (chunk, columns) of `CHUNKS` x `COLUMNS` whose temporaries fit `budget` bytes with no row kept, each
+    with the most rows kept that still fit (none under a soft cap)."""
+    out = []
+    for size in CHUNKS:
+        chunk = chunk_for(rows, size)
+        padded = round_up(rows, chunk)
+        for columns in COLUMNS:
+            base = Layout(chunk, 0, columns_for(vocab, columns))
+            room = budget - temporaries(rows, vocab, itemsize, base, hidden)
+            if room < 0:
+                continue
+            kept = 0 if soft_cap else min(padded, room // (round_up(vocab, LANES) * itemsize) // chunk * chunk)
+            out.append(base._replace(kept=kept))
+    return list(dict.fromkeys(out))
+
+
+def layout(rows: int, vocab: int, itemsize: int, on: roofline.Chip, hidden: int, soft_cap: bool = False
+           ) -> Layout | None:
+    """The layout of least `cost` on `on` among `layouts` within 1/`HBM_SHARE` of its HBM; None where none fits
+    (the kernels then: dx's accumulator alone is past the share)."""
+    fits = layouts(rows, vocab, itemsize, hidden, on.hbm // HBM_SHARE, soft_cap)
+    return min(fits, key=lambda lay: cost(rows, hidden, vocab, itemsize, lay).seconds(on),
+               default=None)
+
+
+def smallest(rows: int, vocab: int) -> Layout:
+    """The least a call can take: the smallest chunk and columns, no row kept (asked for where no layout fits)."""
+    return Layout(chunk_for(rows, CHUNKS[-1]), 0, columns_for(vocab, COLUMNS[-1]))
+
+
+def cost(rows: int, hidden: int, vocab: int, itemsize: int, layout: Layout, *, backward: bool = True,
          weight_grad: bool = True) -> StoredCost:
-    """Flops: the logits, then dx = G @ w and dw = G.T @ x (not dw's for a frozen head; neither without
-    `backward`). Bytes: per chunk the weight and bias read, x's chunk read, its float32 logits written and read
-    once, p written in x's dtype (where there is a backward: a forward alone does not make it), six per-row
-    vectors; the backward reads p and writes G in x's dtype, reads G and w and writes dx, reads G and x and writes
-    dw (in w's dtype) and db."""
-    chunk = chunk_for(rows, chunk)
+    """The forward's roofline, then the backward's (`StoredCost.after`). Forward flops: the logits; bytes: per chunk
+    the weight and bias read, x's chunk read, its float32 logits written and read once, p written for the kept rows
+    (where there is a backward), six per-row vectors; its statistics over each logit take the kernels' measured
+    figure for the same reductions. Backward flops: dx = G @ w, dw = G.T @ x (not for a frozen head) and the logits
+    again for the rows not kept; bytes: p read, G in x's dtype written and read by each matmul, the weight read for
+    dx and for the logits again, per step dx's float32 accumulator read and written and x read (for dw, and for the
+    logits again), those logits written and read in float32, dx written, dw zeroed and written, db; over each of its
+    logits `BACKWARD_SECONDS` of vector work (G from p or from the logits again)."""
+    chunk = chunk_for(rows, layout.chunk)
     padded = round_up(rows, chunk)
-    w, x, wide = vocab * hidden * itemsize, padded * hidden * itemsize, padded * vocab * itemsize
-    moved = padded // chunk * (w + vocab * 4) + x + 2 * padded * vocab * 4 + 6 * padded * 4
-    flops = 2 * padded * vocab * hidden
+    again = rows - min(layout.kept, rows)
+    w = vocab * hidden * itemsize
+    moved = padded // chunk * (w + vocab * 4) + padded * hidden * itemsize + 2 * padded * vocab * 4 + 6 * padded * 4
+    temporaries_ = temporaries(rows, vocab, itemsize, layout, hidden)
+    after = None
     if backward:
-        moved += wide + 2 * wide + wide + w + x  # p written; p read, G written; G and w read, dx written
-        flops += 2 * padded * vocab * hidden
+        steps = -(-vocab // columns_for(vocab, layout.columns))
+        grads = 2 if weight_grad else 1
+        moved += layout.kept * vocab * itemsize  # p written
+        back = layout.kept * vocab * itemsize + (1 + grads) * rows * vocab * itemsize  # p read; G written, read
+        back += w + (w if again else 0) + 2 * again * vocab * 4 + rows * hidden * itemsize
+        back += steps * (2 * rows * hidden * 4 + (again + rows * weight_grad) * hidden * itemsize)
         if weight_grad:
-            moved += wide + x + w + vocab * 4  # G and x read, dw and db written
-            flops += 2 * padded * vocab * hidden
-    # the forward's statistics over each logit: the kernels' measured figure for the same reductions (a prediction
-    # until the chip times this scheme)
-    return StoredCost(chunk, flops, moved, temporaries(rows, vocab, itemsize, chunk, hidden), padded * vocab,
-                      STATISTICS_SECONDS)
+            back += 2 * w + vocab * 4  # dw zeroed and written, db
+        after = StoredCost(chunk, 2 * (grads * rows + again) * vocab * hidden, back, temporaries_, rows * vocab,
+                           BACKWARD_SECONDS)
+    return StoredCost(chunk, 2 * padded * vocab * hidden, moved, temporaries_, padded * vocab, STATISTICS_SECONDS,
+                      after)
 
 
 def _chunk(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, transform: LogitTransform
@@ -110,45 +164,99 @@ def _chunk(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, transfo
     target_logit = jnp.take_along_axis(z, jnp.clip(targets, 0, vocab - 1)[:, None], axis=1)[:, 0]
     log_sum_sq = jax.nn.logsumexp(2.0 * log_p, axis=1)
     top1 = (jnp.argmax(z, axis=1) == targets).astype(jnp.float32)  # argmax: the first maximum
-    return (lse, target_logit, entropy, log_sum_sq, jnp.sum(z, axis=1), top1), jnp.exp(log_p).astype(x.dtype)
+    p = jnp.pad(jnp.exp(log_p).astype(x.dtype), ((0, 0), (0, round_up(vocab, LANES) - vocab)))
+    return (lse, target_logit, entropy, log_sum_sq, jnp.sum(z, axis=1), top1), p
 
 
-def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, transform: LogitTransform, chunk: int
-            ) -> tuple[tuple[jax.Array, ...], jax.Array]:
-    """(lse, target_logit, entropy, log_sum_sq_probs, sum_logits, top1: float32 [rows] each; p [rows padded to
-    `chunk`, vocab] in x's dtype) for x [rows, hidden], w [vocab, hidden], b float32 [vocab], targets int32
-    [rows] (one outside the vocabulary reads a clipped column: the caller makes its row NaN)."""
-    if transform.tanh:
-        raise ValueError("tokamax lm_head: the stored scheme takes no soft cap (the kernels do)")
-    rows = x.shape[0]
+def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, transform: LogitTransform, chunk: int,
+            kept: int) -> tuple[tuple[jax.Array, ...], jax.Array]:
+    """(lse, target_logit, entropy, log_sum_sq_probs, sum_logits, top1: float32 [rows] each; p [kept, vocab] in x's
+    dtype) for x [rows, hidden], w [vocab, hidden], b float32 [vocab], targets int32 [rows] (one outside the
+    vocabulary reads a clipped column: the caller makes its row NaN). `kept`: a multiple of `chunk`, at most the
+    rows padded to it."""
+    rows, vocab = x.shape[0], w.shape[0]
     padded = round_up(rows, chunk)
+    if kept % chunk or not 0 <= kept <= padded:
+        raise ValueError(f"tokamax lm_head: the stored scheme keeps a multiple of its chunk ({chunk}) up to {padded} "
+                         f"rows, got {kept}")
+    if kept and transform.tanh:
+        raise ValueError("tokamax lm_head: the stored scheme keeps no row's p under a soft cap (dz/dl then differs "
+                         "per logit, which p does not give back to its dtype's precision)")
     xs = jnp.pad(x, ((0, padded - rows), (0, 0))).reshape(padded // chunk, chunk, x.shape[1])
     ts = jnp.pad(targets.astype(jnp.int32), (0, padded - rows)).reshape(padded // chunk, chunk)
 
-    def step(carry: None, inputs: tuple[jax.Array, jax.Array]) -> tuple[None, tuple]:
+    def keeping(carry: None, inputs: tuple[jax.Array, jax.Array]) -> tuple[None, tuple]:
         return carry, _chunk(inputs[0], w, b[None], inputs[1], transform)
 
-    _, (vectors, p) = jax.lax.scan(step, None, (xs, ts))
-    return tuple(v.reshape(padded)[:rows] for v in vectors), p.reshape(padded, w.shape[0])
+    def dropping(carry: None, inputs: tuple[jax.Array, jax.Array]) -> tuple[None, tuple]:
+        return carry, _chunk(inputs[0], w, b[None], inputs[1], transform)[0]
+
+    n = kept // chunk
+    parts, p = [], jnp.zeros((0, round_up(vocab, LANES)), x.dtype)
+    if n:
+        _, (vectors, p) = jax.lax.scan(keeping, None, (xs[:n], ts[:n]))
+        parts.append(vectors)
+        p = p.reshape(kept, -1)
+    if n < padded // chunk:
+        parts.append(jax.lax.scan(dropping, None, (xs[n:], ts[n:]))[1])
+    vectors = [jnp.concatenate([part[i].reshape(-1) for part in parts])[:rows] for i in range(6)]
+    return tuple(vectors), p
 
 
-def backward(x: jax.Array, w: jax.Array, p: jax.Array, targets: jax.Array, coefficients: tuple[jax.Array, ...],
-             transform: LogitTransform, *, weight_grad: bool = True
-             ) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
-    """(dx in x's dtype, dw in w's dtype, db float32 [vocab]; dw and db None where not `weight_grad`) from
-    `forward`'s p and the per-row (a, b, c, d), float32 [rows] each (0 in rows that add nothing)."""
-    rows, padded = x.shape[0], p.shape[0]
-    a, b, c, d = (jnp.pad(v.astype(jnp.float32), (0, padded - rows))[:, None] for v in coefficients)
-    t = jnp.pad(targets.astype(jnp.int32), (0, padded - rows))[:, None]
-    p32 = p.astype(jnp.float32)
-    log_p = jnp.where(p32 > 0, jnp.log(jnp.where(p32 > 0, p32, 1.0)), 0.0)
-    is_target = jax.lax.broadcasted_iota(jnp.int32, p.shape, 1) == t
-    g = (p32 * (a + b * log_p) + jnp.where(is_target, c, 0.0) + d) * (transform.pre * transform.post)
-    g_low = g.astype(x.dtype)  # G, [rows, vocab]: XLA holds it beside p (`temporaries`)
-    dx = jax.lax.dot_general(g_low, w, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-    dx = dx[:rows].astype(x.dtype)
-    if not weight_grad:
-        return dx, None, None
-    xp = jnp.pad(x, ((0, padded - rows), (0, 0)))
-    dw = jax.lax.dot_general(g_low, xp, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-    return dx, dw.astype(w.dtype), jnp.sum(g, axis=0)
+def backward(x: jax.Array, w: jax.Array, b: jax.Array, p: jax.Array, lse: jax.Array, targets: jax.Array,
+             coefficients: tuple[jax.Array, ...], transform: LogitTransform, columns: int, *,
+             weight_grad: bool = True) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+    """(dx in x's dtype, dw in w's dtype, db float32 [vocab]; dw and db None where not `weight_grad`) from `forward`'s
+    p, the rows' lse (+inf in rows that add nothing: their p is 0 whatever their logits) and the per-row (a, b, c,
+    d), float32 [rows] each (0 in rows that add nothing); b float32 [vocab]."""
+    rows, hidden = x.shape
+    vocab = w.shape[0]
+    kept = min(p.shape[0], rows)
+    a, b_, c, d = (v.astype(jnp.float32)[:, None] for v in coefficients)
+    t = targets.astype(jnp.int32)[:, None]
+    lse_again = lse.astype(jnp.float32)[kept:, None]
+    scale = transform.pre * transform.post
+
+    def gradient(start: jax.Array | int, width: int, w_step: jax.Array) -> jax.Array:
+        """G float32 [rows, width] for the columns from `start`: the kept rows' from p, then the others' from their
+        logits computed again."""
+        is_target = jax.lax.broadcasted_iota(jnp.int32, (rows, width), 1) + start == t
+        rule = jnp.where(is_target, c, 0.0) + d
+        parts = []
+        if kept:
+            p32 = jax.lax.dynamic_slice(p, (0, start), (kept, width)).astype(jnp.float32)
+            log_p = jnp.where(p32 > 0, jnp.log(jnp.where(p32 > 0, p32, 1.0)), 0.0)
+            parts.append((p32 * (a[:kept] + b_[:kept] * log_p) + rule[:kept]) * scale)
+        if kept < rows:
+            raw = jax.lax.dot_general(x[kept:], w_step, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+            z, slope = transform(raw + jax.lax.dynamic_slice(b, (start,), (width,))[None])
+            log_p = z - lse_again  # -inf in rows that add nothing (lse +inf): p 0, its log taken as 0
+            p32 = jnp.exp(log_p)
+            log_p = jnp.where(jnp.isfinite(log_p), log_p, 0.0)
+            parts.append((p32 * (a[kept:] + b_[kept:] * log_p) + rule[kept:]) * slope)
+        return jnp.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def step(carry: tuple, start: jax.Array | int, width: int) -> tuple:
+        dx, dw, db = carry
+        w_step = jax.lax.dynamic_slice(w, (start, 0), (width, hidden))
+        g = gradient(start, width, w_step)
+        g_low = g.astype(x.dtype)
+        dx = dx + jax.lax.dot_general(g_low, w_step, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        if weight_grad:
+            dw_step = jax.lax.dot_general(g_low, x, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+            dw = jax.lax.dynamic_update_slice(dw, dw_step.astype(w.dtype), (start, 0))
+            db = jax.lax.dynamic_update_slice(db, jnp.sum(g, axis=0), (start,))
+        return dx, dw, db
+
+    columns = columns_for(vocab, columns)
+    steps, rest = divmod(vocab, columns)
+    carry = (jnp.zeros((rows, hidden), jnp.float32),
+             jnp.zeros((vocab, hidden), w.dtype) if weight_grad else None,
+             jnp.zeros((vocab,), jnp.float32) if weight_grad else None)
+    if steps:
+        carry, _ = jax.lax.scan(lambda cy, s: (step(cy, s, columns), None), carry,
+                                jnp.arange(steps, dtype=jnp.int32) * columns)
+    if rest:
+        carry = step(carry, steps * columns, rest)
+    dx, dw, db = carry
+    return dx.astype(x.dtype), dw, db
