@@ -45,13 +45,19 @@ CHUNKS = (1024, 512, 256)
 """The forward's chunk rows, largest first: each chunk reads the whole weight (1.24 GB at Qwen3 8B's head in bf16),
 so at 256 rows a chunk's matmul (1.9 ms on the v5e) is about as long as that read (2.1 ms), and smaller chunks only
 lose."""
-COLUMNS = (8192, 4096, 2048, 1024)
-"""The backward's vocabulary columns per step, largest first: each step reads and writes dx's float32 accumulator
-([rows, hidden]) and reads x once more, so fewer, wider steps move less; a step holds [rows, columns] arrays."""
-BACKWARD_SECONDS = 20e-12
-"""Seconds per logit of the backward's vector work that its matmuls do not hide, on the v5e: the stored scheme with
-G made whole measured 17.7 and 22 ps per logit beyond its roofline (Qwen3 8B's head at 2,048 rows, Gemma 3 4B's at
-8,192: benchmarks/measured/v5e-2026-12-04-bench-lm_head-2cd2df2.json). Other chips by `roofline.scaled`."""
+COLUMNS = (512, 8192)
+"""The backward's vocabulary columns per step, least and most (`step_columns`)."""
+STEP_ENTRIES = 1 << 24
+"""[rows, columns] entries a backward step's G holds at most (32 MiB in bf16), the widest such power of two taken: the
+v5e timed 8,192 rows (Qwen3 8B's head) at 246.6, 249.3, 226.3 and 236.3 ms in steps of 8,192, 4,096, 2,048 and 1,024
+columns, and Gemma 3 4B's 302.1 at 8,192 against 272.1 at 2,048 (benchmarks/measured/v5e-2026-12-05-bench-
+lm_head_statistics-*.json); 2,048 rows ran best in steps of 8,192. A step's arrays past that size lose more than
+twice as many steps do."""
+KEPT_SECONDS = 6e-12
+"""Seconds per logit of the backward's vector work over a kept row's p (G and its log p) that its matmuls do not
+hide, on the v5e: fitted to the eleven layouts it timed at three heads (`tools.chip.predict`'s records, within 0.90
+to 1.11 of each; a row whose logits are computed again fitted to none beyond its matmul). Other chips by
+`roofline.scaled`."""
 LOGITS_HELD = 1
 """[chunk, vocab] float32 arrays a forward chunk holds: its logits (XLA fuses what is made from them into the
 reductions and p's write; distillation's stored scheme, two models' logits, was laid out so on the v5e to the
@@ -81,6 +87,15 @@ def columns_for(vocab: int, columns: int) -> int:
     return min(columns, round_up(max(vocab, 1), 128))
 
 
+def step_columns(rows: int, vocab: int) -> int:
+    """The backward's columns per step: the widest power of two of `COLUMNS`' range whose [rows, columns] G holds at
+    most `STEP_ENTRIES` (the least where none does), capped at the vocabulary."""
+    columns = COLUMNS[1]
+    while columns > COLUMNS[0] and rows * columns > STEP_ENTRIES:
+        columns //= 2
+    return columns_for(vocab, columns)
+
+
 def temporaries(rows: int, vocab: int, itemsize: int, layout: Layout, hidden: int) -> int:
     """Bytes the scheme holds beyond its operands and outputs: the kept rows' p in x's dtype throughout; beside it
     the larger of the forward's (`LOGITS_HELD` chunks' float32 logits) and the backward's (dx's float32 accumulator
@@ -93,18 +108,17 @@ def temporaries(rows: int, vocab: int, itemsize: int, layout: Layout, hidden: in
 
 def layouts(rows: int, vocab: int, itemsize: int, hidden: int, budget: int, soft_cap: bool = False
             ) -> list[Layout]:
-    """Every (chunk, columns) of `CHUNKS` x `COLUMNS` whose temporaries fit `budget` bytes with no row kept, each
-    with the most rows kept that still fit (none under a soft cap)."""
+    """Per chunk of `CHUNKS` whose temporaries fit `budget` bytes with no row kept, the layout at `step_columns` with
+    the most rows kept that still fit (none under a soft cap)."""
     out = []
+    columns = step_columns(rows, vocab)
     for size in CHUNKS:
         chunk = chunk_for(rows, size)
-        padded = round_up(rows, chunk)
-        for columns in COLUMNS:
-            base = Layout(chunk, 0, columns_for(vocab, columns))
-            room = budget - temporaries(rows, vocab, itemsize, base, hidden)
-            if room < 0:
-                continue
-            kept = 0 if soft_cap else min(padded, room // (round_up(vocab, LANES) * itemsize) // chunk * chunk)
+        base = Layout(chunk, 0, columns)
+        room = budget - temporaries(rows, vocab, itemsize, base, hidden)
+        if room >= 0:
+            kept = 0 if soft_cap else min(round_up(rows, chunk), room // (round_up(vocab, LANES) * itemsize) // chunk
+                                          * chunk)
             out.append(base._replace(kept=kept))
     return list(dict.fromkeys(out))
 
@@ -119,8 +133,8 @@ def layout(rows: int, vocab: int, itemsize: int, on: roofline.Chip, hidden: int,
 
 
 def smallest(rows: int, vocab: int) -> Layout:
-    """The least a call can take: the smallest chunk and columns, no row kept (asked for where no layout fits)."""
-    return Layout(chunk_for(rows, CHUNKS[-1]), 0, columns_for(vocab, COLUMNS[-1]))
+    """The least a call can take: the smallest chunk, no row kept (asked for where no layout fits)."""
+    return Layout(chunk_for(rows, CHUNKS[-1]), 0, step_columns(rows, vocab))
 
 
 def cost(rows: int, hidden: int, vocab: int, itemsize: int, layout: Layout, *, backward: bool = True,
@@ -132,7 +146,7 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, layout: Layout, *, b
     again for the rows not kept; bytes: p read, G in x's dtype written and read by each matmul, the weight read for
     dx and for the logits again, per step dx's float32 accumulator read and written and x read (for dw, and for the
     logits again), those logits written and read in float32, dx written, dw zeroed and written, db; over each of its
-    logits `BACKWARD_SECONDS` of vector work (G from p or from the logits again)."""
+    kept row's logits `KEPT_SECONDS` of vector work (G from p)."""
     chunk = chunk_for(rows, layout.chunk)
     padded = round_up(rows, chunk)
     again = rows - min(layout.kept, rows)
@@ -149,8 +163,8 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, layout: Layout, *, b
         back += steps * (2 * rows * hidden * 4 + (again + rows * weight_grad) * hidden * itemsize)
         if weight_grad:
             back += 2 * w + vocab * 4  # dw zeroed and written, db
-        after = StoredCost(chunk, 2 * (grads * rows + again) * vocab * hidden, back, temporaries_, rows * vocab,
-                           BACKWARD_SECONDS)
+        after = StoredCost(chunk, 2 * (grads * rows + again) * vocab * hidden, back, temporaries_,
+                           (rows - again) * vocab, KEPT_SECONDS)
     return StoredCost(chunk, 2 * padded * vocab * hidden, moved, temporaries_, padded * vocab, STATISTICS_SECONDS,
                       after)
 
