@@ -99,10 +99,11 @@ def main(argv: list[str]) -> int:
         print(f"chip check: {counts}", flush=True)
         status |= counts.get("failed", 0) > 0
     if args.what in ("bench", "all"):
-        from .workloads import attention, lm_head, lm_head_columns, lm_head_statistics, moe
+        from .workloads import attention, lm_head, lm_head_columns, lm_head_statistics, lm_head_statistics_columns, moe
 
         chosen = {"attention": attention, "moe": moe, "lm_head": lm_head, "lm_head_statistics": lm_head_statistics}
-        extra = {"lm_head_columns": lm_head_columns}  # run when named only
+        extra = {"lm_head_columns": lm_head_columns,  # run when named only
+                 "lm_head_statistics_columns": lm_head_statistics_columns}
         names = [n for n in args.only.split(",") if n] or list(chosen)
         out = ResultsFile(args.out / "bench.json", header(args.commit, "bench"))
         impls = {n.strip() for n in re.split(r",(?! )", args.impl) if n.strip()}  # names hold ", " themselves

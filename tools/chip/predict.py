@@ -90,10 +90,9 @@ def v5e(tk: ModuleType) -> Any:
                             kind="TPU v5 lite")
 
 
-def _shape(case: str, shapes: tuple) -> Any:
-    """The shape of `shapes` a record's case names: its model, and its rows where shapes have them."""
-    return next((s for s in shapes
-                 if case.startswith(s.model) and (not hasattr(s, "rows") or f" {s.rows} rows" in case)), None)
+def _shape(case: str, shapes: tuple, *, by_rows: bool = False) -> Any:
+    """The shape of `shapes` a record's case names: its model (and its rows, `by_rows`: one model at several)."""
+    return next((s for s in shapes if case.startswith(s.model) and (not by_rows or f" {s.rows} rows" in case)), None)
 
 
 def _measured(tk: ModuleType, commit: str) -> dict:
@@ -168,7 +167,7 @@ def _statistics(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None
     """TRL's statistics: the kernels' roofline ("tokamax (kernels)"), the stored scheme's (`lm_head.stored.cost`) at
     the layout the record ran (`_stored_layout`), or for "tokamax", the package's default, the one
     `stats.choose_scheme` takes (the kernels in `STATISTICS_ON_KERNELS`' runs, `WHOLE_P_RUNS`' own choice)."""
-    h = _shape(r["case"], STATISTICS)
+    h = _shape(r["case"], STATISTICS, by_rows=True)
     lm = tk.lm_head
     if r["impl"] == "tokamax":
         run = commit[:7]

@@ -34,7 +34,7 @@ LARGEST_HIDDEN = {"v5e": 52224, "v6e": 52224, "v7x": 25984}
 # multiple of 64, `blocks.choose` accepts. libtpu needs ~13% less there than the estimate, so the next is
 # refused by the kernel though libtpu would compile it.
 LARGEST_TRANSPOSED_HIDDEN = {"v5e": 52128, "v6e": 52128, "v7x": 25888}
-STORED = (m.QWEN3_8B, 2048)  # TRL's statistics in the stored scheme, where p and G fit an eighth of the v5e's HBM
+STORED = (m.QWEN3_8B, 8192)  # TRL's statistics in the stored scheme, p kept for the rows an eighth of HBM holds
 BOUNDARY_VOCAB = 32000
 REFUSAL = "tokamax lm_head: a hidden size of"
 
@@ -100,18 +100,19 @@ _STORED_BOUND: dict[str, int] = {}
 
 def _stored_build(chip: str, hidden: int, vocab: int, tokens: int) -> Any:
     def build(kernel: Any, mesh: Any) -> tuple[Any, list[jax.ShapeDtypeStruct]]:
-        stored = kernel.lm_head.stored
+        lm_head = kernel.lm_head
         with kernel.emulation.emulated_chip(chip):
-            on = kernel.lm_head.cost.chip()
-        chunk = stored.chunk(tokens, vocab, 2, on, hidden)
-        _STORED_BOUND[chip] = stored.temporaries(tokens, vocab, 2, chunk, hidden, on.kind)
+            on = lm_head.cost.chip()
+        layout = lm_head.stats.stored_layout(tokens, hidden, vocab, 2, on=on)
+        _STORED_BOUND[chip] = lm_head.stored.temporaries(tokens, vocab, 2, layout, hidden, on.kind)
         return step(kernel, mesh, hidden, vocab, tokens, scheme="stored")
     return build
 
 
 def _stored_check(chip: str) -> Any:
-    """XLA's ops alone, and temporaries within what `lm_head.stored.temporaries` counts at the chunk `stored.chunk`
-    takes on `chip` (p, G and one chunk's float32 logits; within an eighth of the chip's HBM)."""
+    """XLA's ops alone, and temporaries within what `lm_head.stored.temporaries` counts at the layout
+    `stats.stored_layout` takes on `chip` (the kept rows' p and the larger of a forward chunk's float32 logits and
+    the backward's accumulator and step; within an eighth of the chip's HBM)."""
     def check(outcome: Any) -> None:
         assert outcome.hlo["tpu_custom_call"] == 0, f"{outcome.name}: {outcome.hlo['tpu_custom_call']} kernels"
         bound = _STORED_BOUND[chip] + 64 * MiB  # and the per-row vectors, x laid out by chunks (v7x: 16 MiB)

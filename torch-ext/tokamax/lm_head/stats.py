@@ -205,7 +205,9 @@ def statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Arr
     if scheme == "auto":
         scheme = choose_scheme(*shape, transform)
     if scheme == "stored":
-        return _stored_statistics(x, w, b, targets, transform, layout or stored_layout(*shape, transform))
+        layout = layout or stored_layout(*shape, transform)
+        stored.check(x.shape[0], layout, transform.tanh)
+        return _stored_statistics(x, w, b, targets, transform, layout)
     return _statistics(x, w, b, targets, transform)
 
 

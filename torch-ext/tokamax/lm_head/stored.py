@@ -58,6 +58,10 @@ KEPT_SECONDS = 6e-12
 hide, on the v5e: fitted to the eleven layouts it timed at three heads (`tools.chip.predict`'s records, within 0.90
 to 1.11 of each; a row whose logits are computed again fitted to none beyond its matmul). Other chips by
 `roofline.scaled`."""
+WEIGHT_COPIED = ("TPU7x",)
+"""Chips whose compiler copies the weight and x before the scheme runs, and keeps a forward chunk's logits beside the
+backward's arrays: the compile-only v7x (Qwen3 8B's head at 8,192 rows: 4,411 MiB, p 2,374, the weight 1,187, x 64,
+dx's accumulator and a step 128, the logits 593)."""
 LOGITS_HELD = 1
 """[chunk, vocab] float32 arrays a forward chunk holds: its logits (XLA fuses what is made from them into the
 reductions and p's write; distillation's stored scheme, two models' logits, was laid out so on the v5e to the
@@ -96,17 +100,21 @@ def step_columns(rows: int, vocab: int) -> int:
     return columns_for(vocab, columns)
 
 
-def temporaries(rows: int, vocab: int, itemsize: int, layout: Layout, hidden: int) -> int:
+def temporaries(rows: int, vocab: int, itemsize: int, layout: Layout, hidden: int, kind: str = "") -> int:
     """Bytes the scheme holds beyond its operands and outputs: the kept rows' p in x's dtype throughout; beside it
     the larger of the forward's (`LOGITS_HELD` chunks' float32 logits) and the backward's (dx's float32 accumulator
-    and one step's `STEP_ARRAYS` bytes per [rows, columns] entry)."""
+    and one step's `STEP_ARRAYS` bytes per [rows, columns] entry). On `WEIGHT_COPIED` chips a copy of the weight and
+    of x too, and the forward's and backward's arrays beside each other."""
     chunk = chunk_for(rows, layout.chunk)
     forward = LOGITS_HELD * chunk * vocab * 4
     backward = rows * hidden * 4 + STEP_ARRAYS * rows * columns_for(vocab, layout.columns)
-    return layout.kept * round_up(vocab, LANES) * itemsize + max(forward, backward)
+    p = layout.kept * round_up(vocab, LANES) * itemsize
+    if kind in WEIGHT_COPIED:
+        return p + (vocab + rows) * hidden * itemsize + forward + backward
+    return p + max(forward, backward)
 
 
-def layouts(rows: int, vocab: int, itemsize: int, hidden: int, budget: int, soft_cap: bool = False
+def layouts(rows: int, vocab: int, itemsize: int, hidden: int, budget: int, soft_cap: bool = False, kind: str = ""
             ) -> list[Layout]:
     """Per chunk of `CHUNKS` whose temporaries fit `budget` bytes with no row kept, the layout at `step_columns` with
     the most rows kept that still fit (none under a soft cap)."""
@@ -115,7 +123,7 @@ def layouts(rows: int, vocab: int, itemsize: int, hidden: int, budget: int, soft
     for size in CHUNKS:
         chunk = chunk_for(rows, size)
         base = Layout(chunk, 0, columns)
-        room = budget - temporaries(rows, vocab, itemsize, base, hidden)
+        room = budget - temporaries(rows, vocab, itemsize, base, hidden, kind)
         if room >= 0:
             kept = 0 if soft_cap else min(round_up(rows, chunk), room // (round_up(vocab, LANES) * itemsize) // chunk
                                           * chunk)
@@ -127,9 +135,22 @@ def layout(rows: int, vocab: int, itemsize: int, on: roofline.Chip, hidden: int,
            ) -> Layout | None:
     """The layout of least `cost` on `on` among `layouts` within 1/`HBM_SHARE` of its HBM; None where none fits
     (the kernels then: dx's accumulator alone is past the share)."""
-    fits = layouts(rows, vocab, itemsize, hidden, on.hbm // HBM_SHARE, soft_cap)
+    fits = layouts(rows, vocab, itemsize, hidden, on.hbm // HBM_SHARE, soft_cap, on.kind)
     return min(fits, key=lambda lay: cost(rows, hidden, vocab, itemsize, lay).seconds(on),
                default=None)
+
+
+def check(rows: int, layout: Layout, soft_cap: bool) -> None:
+    """Refuse a layout the scheme cannot run, naming what is wrong."""
+    padded = round_up(rows, layout.chunk) if layout.chunk > 0 else 0
+    if layout.chunk <= 0 or layout.columns <= 0:
+        raise ValueError(f"tokamax lm_head: the stored scheme's chunk and columns must be > 0, got {layout}")
+    if layout.kept % layout.chunk or not 0 <= layout.kept <= padded:
+        raise ValueError(f"tokamax lm_head: the stored scheme keeps a multiple of its chunk ({layout.chunk}) up to "
+                         f"{padded} rows, got {layout.kept}")
+    if layout.kept and soft_cap:
+        raise ValueError("tokamax lm_head: the stored scheme keeps no row's p under a soft cap (dz/dl then differs "
+                         "per logit, which p does not give back to its dtype's precision)")
 
 
 def smallest(rows: int, vocab: int) -> Layout:
@@ -190,12 +211,7 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, transf
     rows padded to it."""
     rows, vocab = x.shape[0], w.shape[0]
     padded = round_up(rows, chunk)
-    if kept % chunk or not 0 <= kept <= padded:
-        raise ValueError(f"tokamax lm_head: the stored scheme keeps a multiple of its chunk ({chunk}) up to {padded} "
-                         f"rows, got {kept}")
-    if kept and transform.tanh:
-        raise ValueError("tokamax lm_head: the stored scheme keeps no row's p under a soft cap (dz/dl then differs "
-                         "per logit, which p does not give back to its dtype's precision)")
+    check(rows, Layout(chunk, kept, 1), transform.tanh)
     xs = jnp.pad(x, ((0, padded - rows), (0, 0))).reshape(padded // chunk, chunk, x.shape[1])
     ts = jnp.pad(targets.astype(jnp.int32), (0, padded - rows)).reshape(padded // chunk, chunk)
 
@@ -213,7 +229,8 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, transf
         p = p.reshape(kept, -1)
     if n < padded // chunk:
         parts.append(jax.lax.scan(dropping, None, (xs[n:], ts[n:]))[1])
-    vectors = [jnp.concatenate([part[i].reshape(-1) for part in parts])[:rows] for i in range(6)]
+    vectors = [jnp.concatenate([part[i].reshape(-1) for part in parts])[:rows] if parts
+               else jnp.zeros((0,), jnp.float32) for i in range(6)]  # no rows: no chunk
     return tuple(vectors), p
 
 
@@ -241,7 +258,7 @@ def backward(x: jax.Array, w: jax.Array, b: jax.Array, p: jax.Array, lse: jax.Ar
             p32 = jax.lax.dynamic_slice(p, (0, start), (kept, width)).astype(jnp.float32)
             log_p = jnp.where(p32 > 0, jnp.log(jnp.where(p32 > 0, p32, 1.0)), 0.0)
             parts.append((p32 * (a[:kept] + b_[:kept] * log_p) + rule[:kept]) * scale)
-        if kept < rows:
+        if kept < rows or not kept:  # (no rows at all: an empty G)
             raw = jax.lax.dot_general(x[kept:], w_step, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
             z, slope = transform(raw + jax.lax.dynamic_slice(b, (start,), (width,))[None])
             log_p = z - lse_again  # -inf in rows that add nothing (lse +inf): p 0, its log taken as 0

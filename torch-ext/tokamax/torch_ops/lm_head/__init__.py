@@ -6,7 +6,7 @@ dtype). What TRL's fused LM head and the fused loss's options (soft caps, z-loss
 
 - `api`: `lm_head_statistics` and its result, `LMHeadStatistics`.
 - `custom_ops`: the forward and backward custom ops on the kernels.
-- `stored_ops`: those of the stored scheme (`tokamax.lm_head.stored`), and `statistics_chunk`, which takes it.
+- `stored_ops`: those of the stored scheme (`tokamax.lm_head.stored`), and `statistics_layout`, which takes it.
 - `loss`: `lm_head_cross_entropy`, a summed cross-entropy whose gradients come out of the forward
   (`tokamax.lm_head.fused`: Liger's three-matmul scheme where it fits the chip and is faster).
 """
@@ -18,10 +18,10 @@ from .stored_ops import (
     lm_head_stats_stored_bwd_op,
     lm_head_stats_stored_bwd_x_op,
     lm_head_stats_stored_op,
-    statistics_chunk,
+    statistics_layout,
 )
 
 __all__ = ["LMHeadStatistics", "lm_head_cross_entropy", "lm_head_loss_grad_x_op", "lm_head_loss_grads_op",
            "lm_head_statistics", "lm_head_stats_bwd_op", "lm_head_stats_bwd_x_op", "lm_head_stats_op",
            "lm_head_stats_stored_bwd_op", "lm_head_stats_stored_bwd_x_op", "lm_head_stats_stored_op", "loss_chunk",
-           "statistics_chunk"]
+           "statistics_layout"]

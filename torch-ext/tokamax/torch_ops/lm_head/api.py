@@ -11,7 +11,7 @@ from ... import lm_head
 from .. import _checks
 from ..linear_softmax_cross_entropy.labels import refuse
 from .custom_ops import OP, lm_head_stats_op
-from .stored_ops import lm_head_stats_stored_op, statistics_chunk
+from .stored_ops import lm_head_stats_stored_op, statistics_layout
 
 
 class LMHeadStatistics(NamedTuple):
@@ -39,10 +39,10 @@ def lm_head_statistics(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.T
                        *, logit_scale: float = 1.0, soft_cap: float | None = None,
                        temperature: float = 1.0) -> LMHeadStatistics:
     """Per-row statistics of an LM head's logits without holding them in float32 (`tokamax.lm_head`),
-    differentiable in hidden, weight and bias: where p [rows, vocab] in hidden's dtype fits an eighth of the
-    chip's HBM and there is no soft cap, the stored scheme (`statistics_chunk`: plain XLA keeping the softmax for
-    the backward, three matmuls), else our kernels (no [rows, vocab] array at all; the backward computes the
-    logits again; in a graph torch.compile traces too).
+    differentiable in hidden, weight and bias: the stored scheme (`statistics_layout`: plain XLA keeping the
+    softmax in hidden's dtype for the rows an eighth of the chip's HBM holds, the others' logits computed again in
+    the backward) where its roofline is below the kernels', else our kernels (no [rows, vocab] array at all; the
+    backward computes the logits again; in a graph torch.compile traces too).
 
     hidden [rows, hidden] and weight [vocab, hidden] (nn.Linear's layout) of one dtype, bf16 or f32;
     bias [vocab] or None; targets int [rows] in [0, vocab): any other target is refused on CPU tensors
@@ -71,6 +71,6 @@ def lm_head_statistics(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.T
     args = (hidden.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(),
             targets.to(torch.int32).contiguous(), transform.pre, transform.tanh, transform.post)
     # torch.compile traces no host choice (JAX answers it): the kernels there
-    chunk = 0 if torch.compiler.is_compiling() else statistics_chunk(hidden, weight, transform)
-    out = lm_head_stats_stored_op(*args, chunk)[:len(lm_head.OUTPUTS)] if chunk else lm_head_stats_op(*args)
+    layout = None if torch.compiler.is_compiling() else statistics_layout(hidden, weight, transform)
+    out = lm_head_stats_stored_op(*args, *layout)[:len(lm_head.OUTPUTS)] if layout else lm_head_stats_op(*args)
     return LMHeadStatistics(*out)
