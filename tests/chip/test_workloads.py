@@ -9,7 +9,7 @@ import jax
 import pytest
 
 from tools.chip.workloads import lm_head as head_workloads
-from tools.chip.workloads import lm_head_columns
+from tools.chip.workloads import lm_head_columns, lm_head_statistics, lm_head_statistics_columns
 
 
 @pytest.mark.kernels_ci
@@ -27,12 +27,30 @@ def test_every_lm_head_workload_traces_for_the_v5e(kernel, emulation):
     assert ("distillation", "tokamax (stored)", "fwd+bwd") in traced
     assert ("distillation", "tokamax (kernels)", "fwd+bwd") in traced
     assert ("lm_head_loss", "tokamax (chunks of 1024, pair accumulator, accumulator kernel)", "fwd+bwd") in traced
-    assert ("lm_head_statistics", "tokamax (stored)", "fwd+bwd") in traced
-    assert ("lm_head_statistics", "tokamax (kernels)", "fwd+bwd") in traced
+    assert ("distillation", "tokamax (frozen head)", "fwd+bwd") in traced
+    assert ("distillation", "xla (frozen head)", "fwd+bwd") in traced
     assert ("lm_head_loss", "tokamax (chunks of 512, pair accumulator, accumulator kernel)", "fwd+bwd") in traced
     assert ("lm_head_loss", "tokamax (chunks of 1024, pair accumulator, int8 low, accumulator kernel)", "fwd+bwd") \
         in traced
-    assert len(traced) == 68, traced  # 54, the kernels forced for TRL's statistics, the accumulator kernel at 512, int8
+    assert len(traced) == 58, traced  # 52 of the losses and the JSD, the frozen head and the KLs (6)
+
+
+@pytest.mark.kernels_ci
+def test_every_trl_statistics_workload_traces_for_the_v5e(kernel, emulation):
+    """TRL's statistics: the default, the kernels, the stored scheme and XLA at each head, both passes; the layouts
+    compared beside the choice; the columns side-by-side at the package's chunk and kept rows."""
+    traced = []
+    with emulation.emulated_chip("v5e"):
+        for module in (lm_head_statistics, lm_head_statistics_columns):
+            for w in module.workloads(kernel):
+                fn, specs = w.make_specs()
+                jax.jit(fn).trace(*specs)
+                traced.append((w.case.split(":")[1].split(",")[0].strip(), w.impl, w.pass_))
+    for rows in ("2048 rows", "8192 rows"):
+        for impl in ("tokamax", "tokamax (kernels)", "tokamax (stored)", "xla"):
+            assert (rows, impl, "fwd+bwd") in traced and (rows, impl, "fwd") in traced
+    assert ("8192 rows", "tokamax (stored: chunk 512, 5632 kept, columns 8192)", "fwd+bwd") in traced
+    assert ("8192 rows", "tokamax (stored: chunk 512, 0 kept, columns 2048)", "fwd+bwd") in traced
 
 
 @pytest.mark.kernels_ci
