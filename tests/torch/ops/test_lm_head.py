@@ -1,12 +1,15 @@
-"""The Torch LM-head statistics (`lm_head_statistics`: our kernels, and the stored scheme where there is no soft
-cap, `test_lm_head_stored.py`): the seven statistics and the gradients in the hidden states, the weight and the
-bias against float64 Torch on CPU tensors (interpret mode) by either scheme, with a soft cap (the kernels) or
-without (the stored scheme), a scale and a temperature, int64 targets as TRL passes them; the shared
+"""The Torch LM-head statistics (`lm_head_statistics`: the stored scheme where a layout of it fits the share,
+`test_lm_head_stored.py`, else our kernels): the seven statistics and the gradients in the hidden states, the weight
+and the bias against float64 Torch on CPU tensors (interpret mode) by either scheme (the kernels forced as
+torch.compile or a call past the share takes them), with a soft cap (the stored scheme keeping no row's p) or
+without, a scale and a temperature, int64 targets as TRL passes them; the shared
 checks (fakes against JAX shapes, symbolic tracing, one graph for two sizes, the kernel count in the
 TPU lowering), autograd on meta tensors (only the four differentiable statistics carry gradients),
 a frozen head's backward (dx alone, one kernel), and bad calls."""
 
 from __future__ import annotations
+
+import importlib
 
 import pytest
 import torch
@@ -27,23 +30,33 @@ def _operands() -> tuple[torch.Tensor, ...]:
     return x, w, b, targets
 
 
-SCHEMES = {"kernels": 3.0, "stored": None}
-"""The soft cap each scheme's tests take: the op runs the stored scheme at these sizes unless there is a soft cap
-(`stored_ops.statistics_chunk`); the custom ops of each scheme are named `lm_head_stats...` and
-`lm_head_stats_stored...`."""
+SCHEMES = {"kernels": 3.0, "stored": None, "stored, soft cap": 3.0}
+"""The soft cap each scheme's tests take: the op runs the stored scheme at these sizes (`stored_ops.statistics_layout`;
+keeping no row's p under a soft cap), the kernels where `_scheme` forces them; the custom ops of each scheme are
+named `lm_head_stats...` and `lm_head_stats_stored...`."""
+
+
+def _scheme(monkeypatch: pytest.MonkeyPatch, tokamax: object, scheme: str) -> str:
+    """The custom ops' prefix of `scheme`, the kernels forced where named (no stored layout: what torch.compile's
+    graphs and calls past the share get)."""
+    if scheme == "kernels":
+        api = importlib.import_module(f"{tokamax.__name__}.torch_ops.lm_head.api")
+        monkeypatch.setattr(api, "statistics_layout", lambda *args: None)
+        return "lm_head_stats"
+    return "lm_head_stats_stored"
 
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
-def test_statistics_and_gradients_match_float64(ops, scheme):
+def test_statistics_and_gradients_match_float64(ops, tokamax, monkeypatch, scheme):
     x, w, b, targets = _operands()
     cap = SCHEMES[scheme]
+    op = _scheme(monkeypatch, tokamax, scheme)
     with checks.OpsSeen() as probe:
         stats = ops.lm_head_statistics(x, w, b, targets, logit_scale=1.5, soft_cap=cap, temperature=0.7)
         g = [checks.randn(ROWS, seed=30 + i) for i in range(4)]
         weighted = (g[0] * stats.log_probs + g[1] * stats.entropy + g[2] * stats.lse.square()
                     + g[3] * (stats.sum_logits + stats.mean_logit))
         weighted.sum().backward()
-    op = "lm_head_stats" if scheme == "kernels" else "lm_head_stats_stored"
     assert probe.seen[op] == probe.seen[f"{op}_bwd"] == 1, probe.seen
 
     x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
@@ -96,12 +109,12 @@ def test_the_outputs_keep_their_old_positions(ops, tokamax):
 
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
-def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops, scheme):
+def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops, tokamax, monkeypatch, scheme):
     """A head whose weight and bias need no gradient (LoRA's): the dx-only op runs (one backward kernel, not
     two; the stored scheme's one matmul, not two) and gives the full backward's dx exactly (the same code on the
     same inputs)."""
     x, w, b, targets = _operands()
-    op = "lm_head_stats" if scheme == "kernels" else "lm_head_stats_stored"
+    op = _scheme(monkeypatch, tokamax, scheme)
     grads = []
     for frozen in (False, True):
         xs, ws, bs = (t.detach().clone().requires_grad_(t is x or not frozen) for t in (x, w, b))

@@ -1,8 +1,9 @@
 """`lm_head_statistics` on the stored scheme (`torch_ops.lm_head.stored_ops`, `tokamax.lm_head.stored`), which the
-op takes where p fits the chip's share and there is no soft cap: which calls take it (`statistics_chunk`: not with a
-soft cap, not past the share, not at symbolic sizes); NaN rows for targets outside the vocabulary where they are not
-read; the fakes against JAX's shapes, autograd on meta tensors, and the build's namespace. Its statistics and
-gradients against float64 and a frozen head's backward are `test_lm_head.py`'s, for either scheme."""
+op takes where a layout of it fits the chip's share: which calls take it and at which layout (`statistics_layout`:
+every row kept, some, none under a soft cap; not where nothing fits, not at symbolic sizes); NaN rows for targets
+outside the vocabulary where they are not read, some rows kept and the others computed again; the fakes against
+JAX's shapes, autograd on meta tensors, and the build's namespace. Its statistics and gradients against float64 and
+a frozen head's backward are `test_lm_head.py`'s, for either scheme."""
 
 from __future__ import annotations
 
@@ -23,29 +24,31 @@ def stored(tokamax):  # noqa: ANN001, ANN201
 
 
 @pytest.mark.kernels_ci
-def test_the_op_takes_it_where_it_fits_and_no_soft_cap_is_asked(tokamax, stored):
-    """On the v5e at Qwen3 8B's head the stored scheme up to the rows whose p and G fit the share (2,048 rows), the
-    kernels past it (4,096 rows) and with a soft cap; at symbolic sizes the kernels (the choice would specialize a
-    graph compiled for any rows)."""
+def test_the_op_takes_it_where_a_layout_fits(tokamax, stored):
+    """On the v5e at Qwen3 8B's head: 2,048 rows keep every row's p in chunks of 1024, 8,192 rows keep 5,632 in
+    chunks of 512, a soft cap keeps none; 200,000 rows take the kernels (dx's accumulator alone is past the share);
+    at symbolic sizes the kernels (the choice would specialize a graph compiled for any rows)."""
     lm_head = tokamax.lm_head
     w = torch.zeros(151936, 4096, dtype=torch.bfloat16, device="meta")
+
+    def layout(rows: int, transform: object = lm_head.IDENTITY) -> tuple[int, int] | None:
+        return stored.statistics_layout(torch.zeros(rows, 4096, dtype=torch.bfloat16, device="meta"), w, transform)
+
     with tokamax.emulation.emulated_chip("v5e"):
-        assert stored.statistics_chunk(torch.zeros(2048, 4096, dtype=torch.bfloat16, device="meta"), w,
-                                       lm_head.IDENTITY) == 1024
-        assert stored.statistics_chunk(torch.zeros(4096, 4096, dtype=torch.bfloat16, device="meta"), w,
-                                       lm_head.IDENTITY) == 0
-        assert stored.statistics_chunk(torch.zeros(2048, 4096, dtype=torch.bfloat16, device="meta"), w,
-                                       lm_head.LogitTransform.of(soft_cap=30.0)) == 0
+        assert layout(2048) == (1024, 2048)
+        assert layout(8192) == (512, 5632)
+        assert layout(2048, lm_head.LogitTransform.of(soft_cap=30.0)) == (1024, 0)
+        assert layout(200_000) is None
 
     seen = []
 
     def step(x: torch.Tensor, w: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        seen.append(stored.statistics_chunk(x, w, lm_head.IDENTITY))
-        return x * (1 + seen[-1])
+        seen.append(stored.statistics_layout(x, w, lm_head.IDENTITY))
+        return x * (1 + (seen[-1] is None))
 
     checks.traces_symbolically(step, torch.zeros(200, 128, device="meta"), torch.zeros(384, 128, device="meta"),
                                torch.zeros(200, dtype=torch.int32, device="meta"))
-    assert seen == [0], seen
+    assert seen == [None], seen
 
 
 def test_targets_outside_the_vocabulary_make_nan_rows_where_they_are_not_read(ops):
@@ -58,7 +61,7 @@ def test_targets_outside_the_vocabulary_make_nan_rows_where_they_are_not_read(op
     ok[[5, 6]] = False
     outs, grads = [], []
     for t in (wrong, torch.where(ok, wrong, 0)):
-        stats = ops.lm_head_stats_stored_op(x, w, b, t, 1.0, False, 1.0, 32)[:7]
+        stats = ops.lm_head_stats_stored_op(x, w, b, t, 1.0, False, 1.0, 32, 32)[:7]  # 32 rows kept, the rest not
         torch.where(ok, stats[1] - stats[0] + stats[6], 0.0).sum().backward()
         outs.append(stats)
         grads.append([u.grad.clone() for u in (x, w, b)])
@@ -75,13 +78,13 @@ def test_targets_outside_the_vocabulary_make_nan_rows_where_they_are_not_read(op
 def test_fakes_match_jax_shapes(ops, stored):
     x, w, b = torch.zeros(200, 128, dtype=torch.bfloat16), torch.zeros(384, 128, dtype=torch.bfloat16), torch.zeros(384)
     targets, row = torch.zeros(200, dtype=torch.int32), torch.zeros(200)
-    p = torch.zeros(256, 384, dtype=torch.bfloat16)
+    p = torch.zeros(128, 384, dtype=torch.bfloat16)  # 128 rows kept
     checks.fake_matches_jax(ops, ops.lm_head_stats_stored_op, stored._stored_jax, x, w, b, targets, 1.0, False, 1.0,
-                            128)
-    checks.fake_matches_jax(ops, ops.lm_head_stats_stored_bwd_op, stored._stored_bwd_jax, x, w, targets, p, row, row,
-                            row, row, row, 1.0, False, 1.0)
-    checks.fake_matches_jax(ops, ops.lm_head_stats_stored_bwd_x_op, stored._stored_bwd_x_jax, x, w, targets, p, row,
-                            row, row, row, row, 1.0, False, 1.0)
+                            64, 128)
+    checks.fake_matches_jax(ops, ops.lm_head_stats_stored_bwd_op, stored._stored_bwd_jax, x, w, b, targets, p, row,
+                            row, row, row, row, row, 1.0, False, 1.0, 256)
+    checks.fake_matches_jax(ops, ops.lm_head_stats_stored_bwd_x_op, stored._stored_bwd_x_jax, x, w, b, targets, p,
+                            row, row, row, row, row, row, 1.0, False, 1.0, 256)
 
 
 @pytest.mark.kernels_ci

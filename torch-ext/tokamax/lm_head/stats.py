@@ -21,12 +21,13 @@ make p = e^z, which overflows at a bias of 10 and a temperature of 0.1), the bia
 the widest vocabulary grid. The weight is never copied (the kernels read the vocabulary's last block in
 place and mask it), except a weight of fewer than 128 rows, padded to 128.
 
-Two schemes for `statistics` (`SCHEMES`): the kernels, and `stored` (plain XLA in chunks of rows, the softmax
-kept for the backward: three matmuls, p [rows, vocab] in x's dtype held from the forward to the backward);
-"auto" (`choose_scheme`) takes the stored one where its temporaries fit the chip's share and there is no soft
-cap, else the kernels. The v5e timed both (benchmarks/measured/v5e-2026-12-04-bench-lm_head-2cd2df2.json):
-the stored scheme at 56.1 ms where the kernels took 73.7 and XLA's formulation 51.5 (Qwen3 8B's head, 2,048
-rows), and 274.6 against 350.4 at Gemma 3 4B's (8,192 rows, where XLA's did not fit and p and G took 12 GiB).
+Two schemes for `statistics` (`SCHEMES`): the kernels, and `stored` (plain XLA in chunks of rows, the softmax p
+in x's dtype kept for the backward for the rows an eighth of HBM holds, the other rows' logits computed again:
+three matmuls for a kept row, four for the others, the kernels' five); "auto" (`choose_scheme`) takes the stored
+one where a layout of it fits the chip's share and its roofline beats the kernels', else the kernels. The v5e
+timed both (benchmarks/measured/v5e-2026-12-05-bench-lm_head_statistics-a6fed56.json, forward and backward):
+Qwen3 8B's head at 2,048 rows, the stored scheme 57.8 ms, the kernels 73.7, XLA's formulation 51.3; at 8,192
+rows 217.0, 288.9 and 211.3; Gemma 3 4B's at 8,192 rows 272.0 and 350.4, where XLA's did not fit.
 
 Layout: where the hidden size is not a multiple of 128 (`plan.transposed`) the kernels get x.T and w.T
 and give dx.T and dw.T, transposed back here: on a TPU, whose default layout of such an array is
