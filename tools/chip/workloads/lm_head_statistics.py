@@ -5,7 +5,7 @@ TRL's own function computes). The layouts' side-by-side is what `stored.layout`'
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 
 import jax
@@ -44,28 +44,34 @@ def compared(lm_head: ModuleType, rows: int, hidden: int, vocab: int, chip: obje
     return [lay for lay in dict.fromkeys(out) if lay != chosen]
 
 
+def loss_of(lm_head: ModuleType, scheme: str, layout: object = None) -> Callable[..., jax.Array]:
+    """TRL's loss on the statistics (log-probabilities and the entropy) by `scheme` (and the stored `layout`)."""
+    def loss(x: jax.Array, w: jax.Array, b: jax.Array, t: jax.Array) -> jax.Array:
+        s = lm_head.statistics(x, w, b, t, scheme=scheme, layout=layout)
+        return -(s.target_logit - s.lse).sum() + s.entropy.sum()
+    return loss
+
+
+def case_of(h: object) -> tuple[str, Callable[[], tuple]]:
+    """A head's case name and its arguments' maker (x, w, a zero bias, targets)."""
+    def make() -> tuple:
+        x, w, t = _head_args(h.rows, h.hidden, h.vocab)
+        return x, w, jnp.zeros((h.vocab,), jnp.float32), t
+    return f"{h.model} head (TRL's statistics): {h.rows} rows, hidden {h.hidden}, vocabulary {h.vocab}", make
+
+
 def workloads(tk: ModuleType) -> Iterator[Workload]:
     lm_head = tk.lm_head
-
-    def statistics(scheme: str, layout: object = None):  # noqa: ANN202
-        def loss(x: jax.Array, w: jax.Array, b: jax.Array, t: jax.Array) -> jax.Array:
-            s = lm_head.statistics(x, w, b, t, scheme=scheme, layout=layout)
-            return -(s.target_logit - s.lse).sum() + s.entropy.sum()
-        return loss
-
     for h in STATISTICS:
-        case = f"{h.model} head (TRL's statistics): {h.rows} rows, hidden {h.hidden}, vocabulary {h.vocab}"
-        def make(h=h) -> tuple:  # noqa: ANN001
-            x, w, t = _head_args(h.rows, h.hidden, h.vocab)
-            return x, w, jnp.zeros((h.vocab,), jnp.float32), t
+        case, make = case_of(h)
         flops = 2 * h.rows * h.hidden * h.vocab
-        impls = (("tokamax", statistics("auto")), ("tokamax (kernels)", statistics("kernels")),
-                 ("tokamax (stored)", statistics("stored")), ("xla", xla_statistics))
+        impls = (("tokamax", loss_of(lm_head, "auto")), ("tokamax (kernels)", loss_of(lm_head, "kernels")),
+                 ("tokamax (stored)", loss_of(lm_head, "stored")), ("xla", xla_statistics))
         for impl, fn in impls:
             yield Workload("lm_head_statistics", case, impl, "fwd", lambda m=make, fn=fn: (fn, m()), flops)
             yield Workload("lm_head_statistics", case, impl, "fwd+bwd",
                            lambda m=make, fn=fn: (with_grads(fn, (0, 1)), m()), 3 * flops)
         for lay in compared(lm_head, h.rows, h.hidden, h.vocab, lm_head.cost.chip()):
             yield Workload("lm_head_statistics", case, layout_name(lay), "fwd+bwd",
-                           lambda m=make, lay=lay: (with_grads(statistics("stored", lay), (0, 1)), m()),
+                           lambda m=make, lay=lay: (with_grads(loss_of(lm_head, "stored", lay), (0, 1)), m()),
                            3 * flops)
