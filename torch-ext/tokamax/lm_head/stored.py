@@ -49,10 +49,10 @@ COLUMNS = (512, 8192)
 """The backward's vocabulary columns per step, least and most (`step_columns`)."""
 STEP_ENTRIES = 1 << 24
 """[rows, columns] entries a backward step's G holds at most (32 MiB in bf16), the widest such power of two taken: the
-v5e timed 8,192 rows (Qwen3 8B's head) at 246.6, 249.3, 226.3 and 236.3 ms in steps of 8,192, 4,096, 2,048 and 1,024
-columns, and Gemma 3 4B's 302.1 at 8,192 against 272.1 at 2,048 (benchmarks/measured/v5e-2026-12-05-bench-
-lm_head_statistics-*.json); 2,048 rows ran best in steps of 8,192. A step's arrays past that size lose more than
-twice as many steps do."""
+v5e timed Qwen3 8B's head at 8,192 rows in 289.6, 228.0, 217.0, 229.8 and 238.8 ms in steps of 512 to 8,192
+columns, Gemma 3 4B's at 8,192 rows in 288.1, 297.4, 272.3, 287.9 and 302.1, and Qwen's at 2,048 rows in 62.5,
+60.3, 59.1, 58.5 and 57.8 (benchmarks/measured/v5e-2026-12-05-bench-lm_head_statistics_columns-d4a6fe2.json): a
+step's arrays past that size lose more than twice as many steps do."""
 KEPT_SECONDS = 6e-12
 """Seconds per logit of the backward's vector work over a kept row's p (G and its log p) that its matmuls do not
 hide, on the v5e: fitted to the eleven layouts it timed at three heads (`tools.chip.predict`'s records, within 0.90
@@ -67,9 +67,8 @@ LOGITS_HELD = 1
 reductions and p's write; distillation's stored scheme, two models' logits, was laid out so on the v5e to the
 byte)."""
 STEP_ARRAYS = 4
-"""Bytes per [rows, columns] entry a backward step holds: one float32 array (XLA fuses G into each matmul's operand;
-the v5e's compiler held one [rows, columns] float32 array per step beside dx's accumulator: 128 MiB at Gemma 3 4B's
-8,192 rows and 4,096 columns)."""
+"""Bytes per [rows, columns] entry a backward step holds beside dx's accumulator: the v5e's compiler (the chip's libtpu
+0.0.42.1, compile-only) held 128 MiB at Gemma 3 4B's 8,192 rows and 4,096 columns, G made once per step."""
 
 
 class Layout(NamedTuple):
