@@ -167,18 +167,24 @@ def kernels_seconds(rows: int, hidden: int, vocab: int, itemsize: int, on: Chip,
     return sum(c.seconds(on) for c in plan.costs(hidden, vocab, itemsize, soft_cap=soft_cap).values())
 
 
-def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, transform: LogitTransform = IDENTITY,
-                  on: Chip | None = None) -> str:
-    """"stored" where a layout of it fits 1/`HBM_SHARE` of the chip's HBM (`stored.layout`) and its roofline is below
-    the kernels', else "kernels": the stored scheme's three matmuls for the rows it keeps and four for the others
-    beat the kernels' five on the chip (the module docstring's figures); where even dx's accumulator is past the
-    share, only the kernels keep the rows' arrays out of HBM."""
+def choose_layout(rows: int, hidden: int, vocab: int, itemsize: int, transform: LogitTransform = IDENTITY,
+                  on: Chip | None = None) -> stored.Layout | None:
+    """The stored scheme's layout where one fits 1/`HBM_SHARE` of the chip's HBM (`stored.layout`) and its roofline
+    is below the kernels', else None (the kernels): the stored scheme's three matmuls for the rows it keeps and four
+    for the others beat the kernels' five on the chip (the module docstring's figures); where even dx's accumulator
+    is past the share, only the kernels keep the rows' arrays out of HBM."""
     on = on or chip()
     lay = stored.layout(rows, vocab, itemsize, on, hidden, transform.tanh)
     if lay is None:
-        return "kernels"
+        return None
     mine = stored.cost(rows, hidden, vocab, itemsize, lay).seconds(on)
-    return "stored" if mine <= kernels_seconds(rows, hidden, vocab, itemsize, on, transform.tanh) else "kernels"
+    return lay if mine <= kernels_seconds(rows, hidden, vocab, itemsize, on, transform.tanh) else None
+
+
+def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, transform: LogitTransform = IDENTITY,
+                  on: Chip | None = None) -> str:
+    """"stored" where `choose_layout` gives a layout, else "kernels"."""
+    return "kernels" if choose_layout(rows, hidden, vocab, itemsize, transform, on) is None else "stored"
 
 
 def stored_layout(rows: int, hidden: int, vocab: int, itemsize: int, transform: LogitTransform = IDENTITY,
@@ -204,7 +210,8 @@ def statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Arr
     target_checks.refuse("lm_head", targets, w.shape[0])
     shape = (x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize)
     if scheme == "auto":
-        scheme = choose_scheme(*shape, transform)
+        layout = choose_layout(*shape, transform)
+        scheme = "kernels" if layout is None else "stored"
     if scheme == "stored":
         layout = layout or stored_layout(*shape, transform)
         stored.check(x.shape[0], layout, transform.tanh)

@@ -81,13 +81,9 @@ def _setup(ctx: Any, inputs: tuple, output: tuple) -> None:
     lse, _, _, lsq, _, top1, entropy, p = output  # lm_head.OUTPUTS, then p
     ctx.save_for_backward(x, w, b, targets, p, lse, entropy)
     ctx.transform = (pre, tanh, post)
-    ctx.columns = _columns(x.shape[0], w.shape[0])
+    ctx.columns = lm_head.stored.step_columns(x.shape[0], w.shape[0])  # every layout's columns
     ctx.bias_dtype = None if b is None else b.dtype
     ctx.mark_non_differentiable(lsq, top1, p)
-
-
-def _columns(rows: int, vocab: int) -> int:
-    return lm_head.stored.step_columns(rows, vocab)
 
 
 def _backward(ctx: Any, d_lse: torch.Tensor | None, d_target: torch.Tensor | None, d_mean: torch.Tensor | None,
@@ -114,14 +110,11 @@ lm_head_stats_stored_op.register_autograd(_backward, setup_context=_setup)
 @chip_for_tracing()
 def statistics_layout(hidden: torch.Tensor, weight: torch.Tensor, transform: lm_head.LogitTransform
                       ) -> tuple[int, int] | None:
-    """The stored scheme's (chunk rows, kept rows) on the chip the ops are traced for (`lm_head.stats.choose_scheme`
-    and `stored_layout`), None for the kernels. Host code on the tensors' shapes and dtypes. Symbolic sizes (a graph
+    """The stored scheme's (chunk rows, kept rows) on the chip the ops are traced for (`lm_head.stats.choose_layout`),
+    None for the kernels. Host code on the tensors' shapes and dtypes. Symbolic sizes (a graph
     compiled for any rows) take the kernels: a choice by the rows would specialize the graph on them."""
     rows, width, vocab = hidden.shape[0], hidden.shape[1], weight.shape[0]
     if not all(isinstance(s, int) for s in (rows, width, vocab)):
         return None
-    itemsize = hidden.element_size()
-    if lm_head.stats.choose_scheme(rows, width, vocab, itemsize, transform) != "stored":
-        return None
-    layout = lm_head.stats.stored_layout(rows, width, vocab, itemsize, transform)
-    return layout.chunk, layout.kept
+    layout = lm_head.stats.choose_layout(rows, width, vocab, hidden.element_size(), transform)
+    return None if layout is None else (layout.chunk, layout.kept)
