@@ -68,8 +68,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("what", choices=("check", "bench", "sweep", "tune", "all"))
     parser.add_argument("--out", type=Path, default=Path("build/chip"))
     parser.add_argument("--commit", default=os.environ.get("TOKAMAX_COMMIT", "unknown"))
-    parser.add_argument("--only", default="", help="bench: comma-separated workload modules (attention,moe,lm_head); "
-                        "check: families (models and the JAX tier's case families: check.families()); "
+    parser.add_argument("--only", default="", help="bench: comma-separated workload modules "
+                        "(attention,moe,lm_head,lm_head_statistics,distill); check: families (models and the JAX "
+                        "tier's case families: check.families()); "
                         "tune: expert shapes (models.EXPERTS' model names)")
     parser.add_argument("--impl", default="", help="bench: only the workloads of these impls (separated by commas "
                         "without a space, e.g. tokamax,xla: the package's own choice beside XLA's; a name's own "
@@ -99,9 +100,18 @@ def main(argv: list[str]) -> int:
         print(f"chip check: {counts}", flush=True)
         status |= counts.get("failed", 0) > 0
     if args.what in ("bench", "all"):
-        from .workloads import attention, lm_head, lm_head_columns, lm_head_statistics, lm_head_statistics_columns, moe
+        from .workloads import (
+            attention,
+            distill,
+            lm_head,
+            lm_head_columns,
+            lm_head_statistics,
+            lm_head_statistics_columns,
+            moe,
+        )
 
-        chosen = {"attention": attention, "moe": moe, "lm_head": lm_head, "lm_head_statistics": lm_head_statistics}
+        chosen = {"attention": attention, "moe": moe, "lm_head": lm_head, "lm_head_statistics": lm_head_statistics,
+                  "distill": distill}
         extra = {"lm_head_columns": lm_head_columns,  # run when named only
                  "lm_head_statistics_columns": lm_head_statistics_columns}
         names = [n for n in args.only.split(",") if n] or list(chosen)

@@ -42,6 +42,7 @@ ATTENTION = {
     "Gemma 3 4B": Attention("Gemma 3 4B", 8, 4, 256),
 }
 ATTENTION_LENGTHS = (8192, 32768)
+WINDOWS = {"Gemma 3 4B": 1024}  # sliding-window layers (config.json "sliding_window"): 5 of every 6 in Gemma 3
 
 EXPERTS = (
     Experts("Mixtral 8x7B", 16384, 4096, 14336, 8),  # 8192 tokens, top-2: the gate (or up) projection
@@ -54,6 +55,7 @@ EXPERTS = (
 HEADS = (
     Head("Llama 3 8B", 8192, 4096, 128256),
     Head("Qwen3 8B", 16384, 4096, 151936),
+    Head("Gemma 3 4B", 8192, 2560, 262208),  # a vocabulary no block of 128 divides
 )
 STATISTICS = (  # TRL's fused head: where XLA's float32 logits fit the chip, and where they do not
     Head("Qwen3 8B", 2048, 4096, 151936),
@@ -61,3 +63,8 @@ STATISTICS = (  # TRL's fused head: where XLA's float32 logits fit the chip, and
     Head("Gemma 3 4B", 8192, 2560, 262208),
 )
 DISTILL = (Distill("Qwen3 1.7B from Qwen3 8B", 4096, 2048, 4096, 151936),)
+DISTILL_LOSS = (  # the loss of a step (TRL's DistillationTrainer) past the rows whose Q fits an eighth of the v5e's HBM
+    Distill("Qwen2.5 0.5B from Qwen2.5 7B", 8192, 896, 3584, 151936),
+    Distill("Qwen2.5 0.5B from Qwen2.5 7B", 16384, 896, 3584, 151936),
+    Distill("Qwen3 1.7B from Qwen3 8B", 4096, 2048, 4096, 151936),
+)

@@ -32,13 +32,28 @@ Modules:
 - `stored`: the same in plain XLA, four matmuls as the loss written plainly: a forward over chunks of rows
   that keeps the gradient's basis Q [rows, vocab] in the student's dtype, a backward of two matmuls from it;
   `stored.choose`, the rule that takes it where Q fits an eighth of the chip's HBM.
+- `fused`: the divergence as a step's loss with its gradients made in the forward (weights per token known before
+  the backward, TRL's case): one pass over chunks of rows, four matmuls, one chunk's memory at any number of rows.
 - `divergence`: checks (the operands, the VMEM fit), the call at any size by either scheme (`scheme`:
-  "auto", "kernels", "stored"), its VJP, and `divergence(...)` (differentiable).
+  "auto", "kernels", "stored"), its VJP, and `divergence(...)` (differentiable); `loss(...)`, the weighted sum by
+  the fused scheme.
 """
 
-from . import blocks, cost, stored
-from .divergence import SCHEMES, Forward, backward, check, check_vmem, chunk_of, divergence, forward, per_token, setting
+from . import blocks, cost, fused, stored
+from .divergence import (
+    SCHEMES,
+    Forward,
+    backward,
+    check,
+    check_vmem,
+    chunk_of,
+    divergence,
+    forward,
+    loss,
+    per_token,
+    setting,
+)
 from .kernels import KINDS, OUTPUTS, Setting
 
 __all__ = ["KINDS", "OUTPUTS", "SCHEMES", "Forward", "Setting", "backward", "blocks", "check", "check_vmem", "chunk_of",
-           "cost", "divergence", "forward", "per_token", "setting", "stored"]
+           "cost", "divergence", "forward", "fused", "loss", "per_token", "setting", "stored"]

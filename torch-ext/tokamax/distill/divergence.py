@@ -26,7 +26,7 @@ from jax.experimental.pallas import tpu as pltpu
 from .. import roofline
 from ..lm_head.blocks import LANES
 from ..lm_head.transform import LogitTransform
-from . import kernels, stored
+from . import fused, kernels, stored
 from .blocks import Blocks, choose
 from .kernels import Setting
 
@@ -234,3 +234,30 @@ def divergence(student_hidden: jax.Array, student_weight: jax.Array, student_bia
     return per_token(student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias,
                      setting(beta, temperature, student_scale, student_soft_cap, teacher_scale, teacher_soft_cap),
                      scheme)
+
+
+def loss(student_hidden: jax.Array, student_weight: jax.Array, student_bias: jax.Array | None,
+         teacher_hidden: jax.Array, teacher_weight: jax.Array, teacher_bias: jax.Array | None, weights: jax.Array, *,
+         beta: float, temperature: float = 1.0, student_scale: float = 1.0, student_soft_cap: float | None = None,
+         teacher_scale: float = 1.0, teacher_soft_cap: float | None = None, chunk: int | str | None = "auto"
+         ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The divergence as a step's loss: (sum_r weights_r divergence_r float32 [], the per-token divergence and the
+    student's entropy float32 [rows]), differentiable in the student's hidden states, weight and bias through the
+    loss alone. TRL's DistillationTrainer's loss is this with weights = the completion mask / num_items_in_batch (or
+    / the valid tokens). `chunk`: "auto" (`fused.choose` on the chip being traced for), a chunk of rows for the
+    fused scheme (`fused`: the gradients made in the forward, four matmuls in one chunk's memory), or None: the
+    per-token call (`divergence`, "auto") weighted, where the fused scheme's accumulator does not fit."""
+    xs, ws, bs, xt, wt, bt = student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias
+    check(xs, ws, bs, xt, wt, bt)
+    if weights.shape != (xs.shape[0],):
+        raise ValueError(f"tokamax distill: weights must be [rows] ({xs.shape[0]}), got {weights.shape}")
+    kind = setting(beta, temperature, student_scale, student_soft_cap, teacher_scale, teacher_soft_cap)
+    vocab = ws.shape[0]
+    if chunk == "auto":
+        chunk = fused.choose(kernels.sizes_of(xs, xt, vocab), roofline.chip())
+    elif chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+        raise ValueError(f"tokamax distill: chunk must be \"auto\", a number of rows or None, got {chunk!r}")
+    if chunk is None:
+        div, entropy = per_token(xs, ws, bs, xt, wt, bt, kind)
+        return jnp.sum(weights.astype(jnp.float32) * div), jax.lax.stop_gradient(div), jax.lax.stop_gradient(entropy)
+    return fused.loss(xs, ws, _bias(bs, vocab)[0], xt, wt, _bias(bt, vocab)[0], weights, kind, chunk)

@@ -90,9 +90,9 @@ def _logits(x: jax.Array, w: jax.Array, b: jax.Array, transform) -> tuple[jax.Ar
     return transform(raw)
 
 
-def _chunk(setting: Setting, dtype: jnp.dtype, xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array,
-           wt: jax.Array, bt: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array]:
-    """One chunk's five per-row outputs and its Q."""
+def chunk_outputs(setting: Setting, dtype: jnp.dtype, xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array,
+                  wt: jax.Array, bt: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array]:
+    """One chunk's five per-row outputs and its Q in `dtype` (the fused scheme weighs it in float32 first)."""
     zs, dz = _logits(xs, ws, bs, setting.student)
     zt, _ = _logits(xt, wt, bt, setting.teacher)
     (log_ps, lse_s, entropy), (log_pt, lse_t, _) = log_softmax(zs), log_softmax(zt)
@@ -123,7 +123,7 @@ def forward(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.
         return jnp.pad(x, ((0, padded - rows), (0, 0))).reshape(padded // chunk, chunk, x.shape[1])
 
     def step(carry: None, inputs: tuple[jax.Array, jax.Array]) -> tuple[None, tuple]:
-        return carry, _chunk(setting, xs.dtype, inputs[0], ws, bs[None], inputs[1], wt, bt[None])
+        return carry, chunk_outputs(setting, xs.dtype, inputs[0], ws, bs[None], inputs[1], wt, bt[None])
 
     _, (vectors, q) = jax.lax.scan(step, None, (chunks(xs), chunks(xt)))
     return tuple(v.reshape(padded)[:rows] for v in vectors), q.reshape(padded, vocab)

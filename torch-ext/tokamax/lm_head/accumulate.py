@@ -7,15 +7,18 @@ block's columns of G [chunk, block], all of the chunk's x [chunk, hidden] (the s
 once) and the accumulator's block, adds the product and writes the block back in place (`input_output_aliases`),
 so the pipeline fetches the next block while the MXU works this one. The accumulator is float32, or the pair
 `fused` keeps: high, the float32 sum rounded to the 16-bit float dtype of x (dW itself at the end), and low, what
-that rounding left, in that dtype (added to exactly as `fused._accumulated` adds: the same sums, the product's
+that rounding left, in that dtype (added to exactly as `add` adds it in XLA: the same sums, the product's
 summation order aside) or in int8 as a multiple of 1/256 of high's last place (`SCALED`: the remainder is at most
 half that place, so 8 bits keep about the same 16 bits of the sum as a 16-bit low half, within 1/512 of high's
 last place per addition, 1/256 where the remainder is within 1/512 of half of it (its 128 held as 127), for 3
 bytes an entry where the 16-bit pair takes 4).
 
 Shapes: acc [vocab, hidden] (float32, or high in x's dtype and low in it or int8), g [chunk, vocab], x [chunk,
-hidden], the vocabulary a multiple of 128: every block divides it (`block_rows`), so no step reads past it;
-elsewhere `fits` says no and the caller adds the product itself.
+hidden], any vocabulary of at least 128 entries. Where no block divides it (Gemma 3's 262,208 = 2,048 x 128 + 64),
+the last step's block overhangs the arrays: it reads G's columns and the accumulator's rows past the vocabulary
+(whatever the buffer holds there) and its writes past them are dropped; an accumulator row depends only on its own
+column of G, so nothing read there reaches a row that is written. Where no block fits the chip's VMEM beside x's
+chunk, `fits` says no and the caller adds the product itself.
 """
 
 from __future__ import annotations
@@ -28,9 +31,13 @@ from jax.experimental.pallas import tpu as pltpu
 from .blocks import vmem_limit
 
 BLOCKS = (1024, 512, 256, 128)
-"""Accumulator rows per step: the widest that divides the vocabulary and whose VMEM (`vmem_bytes`) fits
-`VMEM_SHARE` of the kernel's limit (Qwen3's 151,936 = 1,187 x 128 takes 128, Llama 3's 128,256 = 501 x 256
-256)."""
+"""Accumulator rows per step: the widest that divides the vocabulary and whose VMEM (`vmem_bytes`) fits `VMEM_SHARE`
+of the kernel's limit (Qwen3's 151,936 = 1,187 x 128 takes 128, Llama 3's 128,256 = 501 x 256 256); where none
+divides it, the widest that fits and overhangs it by less than `OVERHANG` of it (Gemma 3's 262,208 = 2,048 x 128 +
+64 takes 512 beside a chunk of 768 rows at hidden 2,560: its last block holds 64 rows of the vocabulary)."""
+OVERHANG = 1 / 64
+"""The largest share of the vocabulary a last block may run past it: what its step reads and multiplies for
+nothing."""
 VMEM_SHARE = 0.6
 """Of the scoped limit the kernel is compiled with: Mosaic's own temporaries beside what `vmem_bytes` counts."""
 
@@ -76,12 +83,13 @@ def vmem_bytes(chunk: int, hidden: int, block: int, itemsize: int) -> int:
 
 
 def block_rows(chunk: int, hidden: int, vocab: int, itemsize: int, vmem_capacity: int) -> int | None:
-    """The accumulator rows one step takes, or None where no block divides the vocabulary within the chip's VMEM."""
+    """The accumulator rows one step takes (`BLOCKS`' rule), or None where the vocabulary is under the smallest block
+    or no block fits the chip's VMEM beside x's chunk."""
     budget = VMEM_SHARE * vmem_limit(vmem_capacity)
-    for block in BLOCKS:
-        if vocab % block == 0 and vmem_bytes(chunk, hidden, block, itemsize) <= budget:
-            return block
-    return None
+    fitting = [b for b in BLOCKS if b <= vocab and vmem_bytes(chunk, hidden, b, itemsize) <= budget]
+    dividing = [b for b in fitting if vocab % b == 0]
+    overhanging = [b for b in fitting if -vocab % b < OVERHANG * vocab]
+    return (dividing or overhanging or [None])[0]
 
 
 def fits(chunk: int, hidden: int, vocab: int, itemsize: int, vmem_capacity: int) -> bool:
@@ -100,9 +108,9 @@ def into(acc: Accumulator, g: jax.Array, x: jax.Array) -> Accumulator:
     capacity = pltpu.get_tpu_info().vmem_capacity_bytes
     block = block_rows(chunk, hidden, vocab, x.dtype.itemsize, capacity)
     if block is None:
-        raise ValueError(f"tokamax lm_head accumulate: no block of {BLOCKS} divides the vocabulary ({vocab}) with x's "
-                         f"chunk [{chunk}, {hidden}] within the chip's VMEM ({capacity >> 20} MiB); add the product "
-                         f"in XLA, or take a smaller chunk")
+        raise ValueError(f"tokamax lm_head accumulate: no block of {BLOCKS} rows fits the vocabulary ({vocab}) with "
+                         f"x's chunk [{chunk}, {hidden}] within the chip's VMEM ({capacity >> 20} MiB); add the "
+                         f"product in XLA, or take a smaller chunk")
     arrays = tuple(acc) if pair else (acc,)
     scaled = pair and arrays[1].dtype == SCALED
     if pair and (arrays[0].dtype != x.dtype or arrays[1].dtype not in (x.dtype, SCALED)
@@ -133,7 +141,7 @@ def into(acc: Accumulator, g: jax.Array, x: jax.Array) -> Accumulator:
     acc_spec = pl.BlockSpec((block, hidden), lambda i: (i, 0))
     out = pl.pallas_call(
         kernel,
-        grid=(vocab // block,),
+        grid=(-(-vocab // block),),
         in_specs=[pl.BlockSpec((chunk, block), lambda i: (0, i)), pl.BlockSpec((chunk, hidden), lambda i: (0, 0)),
                   *[acc_spec] * len(arrays)],
         out_specs=[acc_spec] * len(arrays),
@@ -148,3 +156,31 @@ def into(acc: Accumulator, g: jax.Array, x: jax.Array) -> Accumulator:
         name="tokamax_lm_head_dw_accumulate",
     )(g, x, *arrays)
     return tuple(out) if pair else out[0]
+
+
+def start(shape: tuple[int, int], dtype: jnp.dtype, pair: bool, scaled: bool) -> Accumulator:
+    """A zero accumulator for dW of `shape` in `dtype`: float32, or the pair (high in `dtype`, low in it or, with
+    `scaled` and a 16-bit `dtype`, in int8: `SCALED`)."""
+    if not pair:
+        return jnp.zeros(shape, jnp.float32)
+    low = SCALED if scaled and jnp.dtype(dtype).itemsize == 2 else dtype
+    return jnp.zeros(shape, dtype), jnp.zeros(shape, low)
+
+
+def add(acc: Accumulator, g: jax.Array, x: jax.Array, kernel: bool) -> Accumulator:
+    """acc + g.T @ x: by this module's kernel (`into`), or by XLA (float32 products; the pair's sum rounded to high
+    and what that left in low, as the kernel adds them: the scaled low half is the kernel's alone)."""
+    if kernel:
+        return into(acc, g, x)
+    part = jax.lax.dot_general(g, x, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+    if not isinstance(acc, tuple):
+        return acc + part
+    high, low = acc
+    total = high.astype(jnp.float32) + low.astype(jnp.float32) + part
+    rounded = total.astype(high.dtype)
+    return rounded, (total - rounded.astype(jnp.float32)).astype(low.dtype)
+
+
+def finish(acc: Accumulator, dtype: jnp.dtype) -> jax.Array:
+    """dW in `dtype`: the float32 sum rounded, or the pair's high half (that sum rounded as it went)."""
+    return acc[0] if isinstance(acc, tuple) else acc.astype(dtype)

@@ -53,10 +53,16 @@ CHUNKS = (4096, 2048, 1024)
 """Chunk rows the chunked scheme takes with XLA adding dW: below 1024, re-reading and re-writing the float32 dW per
 chunk costs more HBM time than the two matmuls it serves (the v5e at Llama 3 8B's head: 231.5 ms in chunks of 512,
 197.4 in 1024, 195.0 in 2048; at Qwen3 8B's 540.9, 466.0, 458.7)."""
-KERNEL_CHUNKS = (2048, 1024, 512)
+KERNEL_CHUNKS = tuple(range(2048, 511, -256))
 """Chunk rows the chunked scheme takes with `accumulate`'s kernel adding dW: its accumulator traffic runs under the
 matmul, so smaller chunks cost little time and hold less (the pair at Qwen3 8B's head fits an eighth of the v5e's
-HBM at 512 rows, not at 1024)."""
+HBM at 512 rows, not at 1024). Every multiple of 256 from 512 to 2048, not only the powers of two: a head whose
+chunk of 1024 is just past the share takes the largest that fits (Gemma 3's 262,208 entries at hidden 2,560 on the
+v5e: 768 rows, where 512 leave the matmuls waiting on the accumulator's traffic)."""
+TAIL_ROWS = 16
+"""The rows left after the whole chunks run as one more chunk of their own, padded to a multiple of this (a 16-bit
+operand's sublane tile), rather than a whole chunk's worth: 8,192 rows in chunks of 768 compute 8,192 rows, not
+8,448."""
 SCALED_SLOWDOWN = 1.03
 """The accumulator kernel with the pair's low half in int8 (`accumulate.SCALED`) against its 16-bit low half, beyond
 the bytes it saves: the scale's vector work per entry. On the v5e 1.6-3.9% slower in chunks of 1024 and 2048
@@ -88,25 +94,33 @@ class ChunkedCost:
             SCALED_SLOWDOWN if self.scaled else 1.0)
 
 
+def chunk_rows(rows: int, chunk: int) -> tuple[int, int]:
+    """(chunks, rows computed) of `rows` in chunks of `chunk`: the whole chunks, and the rows left as one more chunk
+    padded to `TAIL_ROWS`."""
+    whole, left = divmod(rows, chunk)
+    return whole + (left > 0), whole * chunk + round_up(left, TAIL_ROWS)
+
+
 def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_grad: bool = True,
          pair: bool = False, kind: str = "", kernel: bool = False, scaled: bool = False) -> ChunkedCost:
-    """Per chunk: w read by the logits' and dx's matmuls (a frozen head's too), x_c by the logits' and dW's,
+    """Per chunk (`chunk_rows`: the whole chunks and the rows left, padded to `TAIL_ROWS`, as one more): w read by
+    the logits' and dx's matmuls (a frozen head's too), x_c by the logits' and dW's,
     dx_c written, the logits written and read in float32, G written once and read by dx's and dW's matmuls;
     dW's float32 accumulator read and written per chunk (written only by the first). Three matmuls (two for
     a frozen head: no dW). `pair`: the accumulator as high and low in w's dtype, or with `scaled` (the kernel's
     only) low in int8, only the low half a temporary (the high half is dW). `kernel`: dW added by `accumulate`'s
     kernel, the same bytes streamed under the matmul (no `ACCUMULATOR_PASSES`)."""
-    chunks = -(-rows // chunk)
+    chunks, computed = chunk_rows(rows, chunk)
     matmuls = 3 if weight_grad else 2
-    w, x_c = vocab * hidden * itemsize, chunk * hidden * itemsize
-    per_chunk = 2 * w + matmuls * x_c + 2 * chunk * vocab * 4 + matmuls * chunk * vocab * itemsize
+    w = vocab * hidden * itemsize
+    per_row = matmuls * hidden * itemsize + 2 * vocab * 4 + matmuls * vocab * itemsize
     kernel = kernel and weight_grad
     scaled = scaled and pair and kernel
     low = 1 if scaled else itemsize
     accumulator = vocab * hidden * (itemsize + low if pair else 4) if weight_grad else 0
-    moved = chunks * per_chunk + (2 * chunks - 1) * accumulator
-    return ChunkedCost(chunk, matmuls * 2 * chunks * chunk * vocab * hidden, moved,
-                       temporaries(chunks, chunk, vocab, accumulator, pair, kind, chunks * chunk * hidden * itemsize,
+    moved = chunks * 2 * w + computed * per_row + (2 * chunks - 1) * accumulator
+    return ChunkedCost(chunk, matmuls * 2 * computed * vocab * hidden, moved,
+                       temporaries(chunks, chunk, vocab, accumulator, pair, kind, computed * hidden * itemsize,
                                    kernel, itemsize, vocab * hidden * low),
                        accumulator if chunks > 1 else 0, kernel, pair and weight_grad, scaled)
 
@@ -219,26 +233,11 @@ def _weighted(m: jax.Array, lse: jax.Array, zt: jax.Array, sum_z: jax.Array, voc
     return jnp.where(m > 0, m * loss, 0.0)
 
 
-def _accumulated(acc: jax.Array | tuple[jax.Array, jax.Array], part: jax.Array
-                 ) -> jax.Array | tuple[jax.Array, jax.Array]:
-    """acc + part: a float32 accumulator, or a (high, low) pair of 16-bit arrays whose sum carries about 16
-    bits of the float32 sum (high is that sum rounded to the dtype: dW as it is returned)."""
-    if not isinstance(acc, tuple):
-        return acc + part
-    high, low = acc
-    total = high.astype(jnp.float32) + low.astype(jnp.float32) + part
-    rounded = total.astype(high.dtype)
-    return rounded, (total - rounded.astype(jnp.float32)).astype(low.dtype)
-
-
 def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
              z_loss: float, smoothing: float, chunk: int, weight_grad: bool, pair: bool, kernel: bool,
              scaled: bool = False) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     rows, vocab = x.shape[0], w.shape[0]
-    extra = round_up(rows, chunk) - rows
-    xs = jnp.pad(x, ((0, extra), (0, 0))).reshape(-1, chunk, x.shape[1])
-    ts = jnp.pad(targets, (0, extra)).reshape(-1, chunk)
-    ms = jnp.pad(m, (0, extra)).reshape(-1, chunk)
+    whole = rows // chunk * chunk
 
     def step(carry, inputs):  # noqa: ANN001, ANN202
         x_c, t_c, m_c = inputs
@@ -258,23 +257,30 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
         dx_c = jax.lax.dot_general(g_low, w, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         if weight_grad:
             dw, db = carry
-            if kernel:
-                dw = accumulate.into(dw, g_low, x_c)
-            else:
-                part = jax.lax.dot_general(g_low, x_c, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-                dw = _accumulated(dw, part)
-            carry = (dw, db + jnp.sum(g, axis=0))
+            carry = (accumulate.add(dw, g_low, x_c, kernel), db + jnp.sum(g, axis=0))
         return carry, (loss, dx_c.astype(x.dtype))
 
-    low = accumulate.SCALED if scaled and kernel and w.dtype.itemsize == 2 else w.dtype  # `accumulate`'s int8 low
-    zeros = (jnp.zeros(w.shape, w.dtype), jnp.zeros(w.shape, low)) if pair else jnp.zeros(w.shape, jnp.float32)
-    init = (zeros, jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
-    carry, (losses, dx) = jax.lax.scan(step, init, (xs, ts, ms))
-    dx = dx.reshape(-1, x.shape[1])[:rows]
+    zeros = accumulate.start(w.shape, w.dtype, pair, scaled and kernel)  # the int8 low half is the kernel's alone
+    carry = (zeros, jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
+    losses, dxs = [], []
+    if whole:  # the whole chunks in a scan
+        chunks = (x[:whole].reshape(-1, chunk, x.shape[1]), targets[:whole].reshape(-1, chunk),
+                  m[:whole].reshape(-1, chunk))
+        carry, (loss, dx) = jax.lax.scan(step, carry, chunks)
+        losses.append(jnp.sum(loss))
+        dxs.append(dx.reshape(whole, x.shape[1]))
+    if whole < rows:  # the rows left, one more chunk padded to TAIL_ROWS (its padding rows' weights zero)
+        extra = round_up(rows - whole, TAIL_ROWS) - (rows - whole)
+        carry, (loss, dx) = step(carry, (jnp.pad(x[whole:], ((0, extra), (0, 0))), jnp.pad(targets[whole:], (0, extra)),
+                                         jnp.pad(m[whole:], (0, extra))))
+        losses.append(loss)
+        dxs.append(dx[:rows - whole])
+    loss = sum(losses[1:], losses[0]) if losses else jnp.zeros((), jnp.float32)  # no rows: nothing to add
+    dx = dxs[0] if len(dxs) == 1 else jnp.concatenate(dxs) if dxs else jnp.zeros(x.shape, x.dtype)
     if not weight_grad:
-        return jnp.sum(losses), dx, None, None
+        return loss, dx, None, None
     dw, db = carry
-    return jnp.sum(losses), dx, (dw[0] if pair else dw.astype(w.dtype)), db
+    return loss, dx, accumulate.finish(dw, w.dtype), db
 
 
 def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,

@@ -17,13 +17,17 @@ backward pass are upstream's own.
 - `fixed_offset`: `attend` / `attend_vjp`: upstream's kernel and backward; `attend` differentiable
   (`jax.grad`: its backward is `attend_vjp`).
 - `run_time_offset`: `attend_at` (forward only) and `kv_slots_read`, the KV slots a call reads.
+- `blocks`: each kernel's blocks: upstream's config choice where it fits the chip's scoped VMEM, else the fitting
+  blocks `cost` times least (head dim 256's backward on every chip; a caller's blocks checked).
 - `cost`: what the forward and backward kernels cost at these blocks (`tokamax.roofline`), measured on the v5e.
 """
 
-from . import cost
+from . import blocks, cost
+from .blocks import Blocks
 from .fixed_offset import attend, attend_vjp
 from .lengths import bucket, padded, query_bucket
 from .masks import MaskSpec
 from .run_time_offset import attend_at, kv_slots_read
 
-__all__ = ["MaskSpec", "cost", "attend", "attend_at", "attend_vjp", "bucket", "kv_slots_read", "padded", "query_bucket"]
+__all__ = ["Blocks", "MaskSpec", "blocks", "cost",
+           "attend", "attend_at", "attend_vjp", "bucket", "kv_slots_read", "padded", "query_bucket"]

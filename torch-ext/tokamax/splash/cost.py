@@ -108,11 +108,13 @@ def _changes(index: np.ndarray) -> int:
 
 
 def forward(heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int, head_dim_v: int | None = None, *,
-            itemsize: int = 2, spec: MaskSpec = CAUSAL, offset: int = 0) -> SplashCost:
-    """The forward kernel at the padded lengths of a [q_len, kv_len] call (query i at key position offset + i)."""
+            itemsize: int = 2, spec: MaskSpec = CAUSAL, offset: int = 0, at: tuple[int, int, int] | None = None
+            ) -> SplashCost:
+    """The forward kernel at the padded lengths of a [q_len, kv_len] call (query i at key position offset + i), at
+    upstream's blocks or `at` (block_q, block_kv, block_kv_compute)."""
     dv = head_dim if head_dim_v is None else head_dim_v
     q_len, kv_len = padded(q_len), padded(kv_len)
-    bq, bkv, bkv_c = blocks(q_len, kv_len)
+    bq, bkv, bkv_c = at or blocks(q_len, kv_len)
     (rows, cols), computes = _visits(spec, q_len, kv_len, offset, bq, bkv, is_dkv=False)
     visited, q_rows = int(computes.sum()), _changes(rows)
     read = heads * (q_rows * bq * head_dim + _changes(cols) * bkv * (head_dim + dv)) * itemsize
@@ -122,11 +124,13 @@ def forward(heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int, h
 
 
 def backward(heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int, head_dim_v: int | None = None, *,
-             itemsize: int = 2, spec: MaskSpec = CAUSAL, offset: int = 0) -> SplashCost:
-    """The fused backward kernel (dq, dk, dv) and XLA's work around it, at the padded lengths."""
+             itemsize: int = 2, spec: MaskSpec = CAUSAL, offset: int = 0, at: tuple[int, int, int] | None = None
+             ) -> SplashCost:
+    """The fused backward kernel (dq, dk, dv) and XLA's work around it, at the padded lengths, at upstream's blocks
+    or `at` (block_q_dkv, block_kv_dkv, block_kv_dkv_compute)."""
     dv = head_dim if head_dim_v is None else head_dim_v
     q_len, kv_len = padded(q_len), padded(kv_len)
-    bq, bkv, bkv_c = blocks(q_len, kv_len)
+    bq, bkv, bkv_c = at or blocks(q_len, kv_len)
     (rows, cols), computes = _visits(spec, q_len, kv_len, offset, bq, bkv, is_dkv=True)
     visited, kv_rows, q_fetches = int(computes.sum()), _changes(rows), _changes(cols)
     aliased = heads != kv_heads and kv_len // bkv > 2  # dK, dV accumulated over a group's heads in float32

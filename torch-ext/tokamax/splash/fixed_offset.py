@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _upstream, padding
+from . import _upstream, blocks, padding
+from .blocks import Blocks
 from .lengths import padded
 from .masks import MaskSpec
 from .schedule import Schedule
@@ -61,8 +62,8 @@ def _schedule(spec: MaskSpec, shape: tuple[int, int], offset: int, blocks: tuple
 
 
 def _forward(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
-             sinks: jax.Array | None, spec: MaskSpec, offset: int, soft_cap: float | None
-             ) -> tuple[jax.Array, jax.Array, jax.Array]:
+             sinks: jax.Array | None, spec: MaskSpec, offset: int, soft_cap: float | None,
+             forward_blocks: Blocks | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`attend`'s forward: upstream's kernel with residuals."""
     batch, _, q_len, _ = q.shape
     kv_len, mqa = k.shape[-2], k.ndim == 3
@@ -76,6 +77,8 @@ def _forward(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, 
     def one(q: jax.Array, k: jax.Array, v: jax.Array, ids: Any) -> tuple[jax.Array, ...]:
         args = _upstream.op_arguments(ids, sinks, mqa, soft_cap)
         config = _upstream.bind_as_public(op, stand_in, q, k, v, **args, return_residuals=True).default_config
+        config = blocks.fitted_forward(config, shape[0], shape[1], q.shape[-1], v.shape[-1], q.shape[0],
+                                       1 if mqa else k.shape[0], ids is not None, forward_blocks)
         splash_config = _splash_config(config, soft_cap, block_q_dkv=None, block_kv_dkv=None,
                                        block_kv_dkv_compute=None)
         _check_diagonal_skip(splash_config, spec, offset)
@@ -94,10 +97,12 @@ def _forward(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, 
 
 def attend_vjp(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
                sinks: jax.Array | None, out: jax.Array, max_logits: jax.Array, lse: jax.Array, dout: jax.Array, *,
-               spec: MaskSpec, offset: int = 0, soft_cap: float | None = None
+               spec: MaskSpec, offset: int = 0, soft_cap: float | None = None, backward_blocks: Blocks | None = None
                ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None]:
     """(dq, dk, dv, dsinks or None) of `attend` from its residuals. Padded query rows carry no
-    cotangent and a logsumexp of +inf (so exp(logit - lse) = 0 there): they add nothing."""
+    cotangent and a logsumexp of +inf (so exp(logit - lse) = 0 there): they add nothing. `backward_blocks`: the
+    fused backward's (block_q_dkv, block_kv_dkv, block_kv_dkv_compute), None for the package's choice
+    (`blocks.fitted_backward`: upstream's where their VMEM fits the chip)."""
     batch, _, q_len, _ = q.shape
     kv_len, mqa = k.shape[-2], k.ndim == 3
     ids = padding.segments(q_ids, kv_ids, batch, q_len, kv_len)
@@ -113,13 +118,15 @@ def attend_vjp(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None
             lse: jax.Array, dout: jax.Array) -> tuple[jax.Array, ...]:
         args = _upstream.op_arguments(ids, sinks, mqa, soft_cap)
         config = op.bind((max_logits, lse), out, dout, q, k, v, mask=stand_in, **args).default_config
+        config = blocks.fitted_backward(config, shape[0], shape[1], q.shape[-1], v.shape[-1], q.shape[0],
+                                        1 if mqa else k.shape[0], ids is not None, backward_blocks)
         if config.use_base2_exp:  # the kernel's statistics are in base 2
             lse = lse * lib.LOG2E
         splash_config = _splash_config(config, soft_cap, block_q=config.block_q_dkv, block_kv=config.block_kv_dkv,
                                        block_kv_compute=config.block_kv_dkv_compute)
         _check_diagonal_skip(splash_config, spec, offset)
-        blocks = (splash_config.block_q_dkv, splash_config.block_kv_dkv)
-        info, mask_function, sparsity = _schedule(spec, shape, offset, blocks, is_dkv=True,
+        dkv_blocks = (splash_config.block_q_dkv, splash_config.block_kv_dkv)
+        info, mask_function, sparsity = _schedule(spec, shape, offset, dkv_blocks, is_dkv=True,
                                                   dynamic=splash_config.dq_reduction_steps == 3,
                                                   segments=ids is not None, kernel="dK/dV backward")
         # upstream's VJP Op also builds the forward schedule at these blocks; only its sparsity reaches
@@ -147,22 +154,22 @@ def _is_zero(x: Any) -> bool:
     return isinstance(x, jax.custom_derivatives.SymbolicZero)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9))
 def _differentiable(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
-                    sinks: jax.Array | None, spec: MaskSpec, offset: int, soft_cap: float | None
-                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    return _forward(q, k, v, q_ids, kv_ids, sinks, spec, offset, soft_cap)
+                    sinks: jax.Array | None, spec: MaskSpec, offset: int, soft_cap: float | None,
+                    chosen: tuple[Blocks | None, Blocks | None]) -> tuple[jax.Array, jax.Array, jax.Array]:
+    return _forward(q, k, v, q_ids, kv_ids, sinks, spec, offset, soft_cap, chosen[0])
 
 
 def _differentiable_fwd(q: Any, k: Any, v: Any, q_ids: Any, kv_ids: Any, sinks: Any, spec: MaskSpec, offset: int,
-                        soft_cap: float | None) -> tuple[tuple, tuple]:
+                        soft_cap: float | None, chosen: tuple[Blocks | None, Blocks | None]) -> tuple[tuple, tuple]:
     operands = tuple(jax.tree_util.tree_map(_primal, x) for x in (q, k, v, q_ids, kv_ids, sinks))
-    result = _forward(*operands, spec, offset, soft_cap)
+    result = _forward(*operands, spec, offset, soft_cap, chosen[0])
     return result, (*operands, *result)
 
 
-def _differentiable_bwd(spec: MaskSpec, offset: int, soft_cap: float | None, residuals: tuple,
-                        cotangents: tuple) -> tuple:
+def _differentiable_bwd(spec: MaskSpec, offset: int, soft_cap: float | None,
+                        chosen: tuple[Blocks | None, Blocks | None], residuals: tuple, cotangents: tuple) -> tuple:
     q, k, v, q_ids, kv_ids, sinks, out, max_logits, lse = residuals
     dout, d_max_logits, d_lse = cotangents
     taken = [name for name, d in (("max_logits", d_max_logits), ("logsumexp", d_lse)) if not _is_zero(d)]
@@ -175,7 +182,7 @@ def _differentiable_bwd(spec: MaskSpec, offset: int, soft_cap: float | None, res
     if _is_zero(dout):
         return None, None, None, None, None, None
     dq, dk, dv, dsinks = attend_vjp(q, k, v, q_ids, kv_ids, sinks, out, max_logits, lse, dout, spec=spec,
-                                    offset=offset, soft_cap=soft_cap)
+                                    offset=offset, soft_cap=soft_cap, backward_blocks=chosen[1])
     return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None,
             None if sinks is None else dsinks.astype(sinks.dtype))
 
@@ -184,10 +191,14 @@ _differentiable.defvjp(_differentiable_fwd, _differentiable_bwd, symbolic_zeros=
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
-           sinks: jax.Array | None, *, spec: MaskSpec, offset: int = 0, soft_cap: float | None = None
+           sinks: jax.Array | None, *, spec: MaskSpec, offset: int = 0, soft_cap: float | None = None,
+           forward_blocks: Blocks | None = None, backward_blocks: Blocks | None = None
            ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(out [batch, heads, q_len, head_dim_v], max_logits and logsumexp [batch, heads, q_len]) with
     the lazy mask `spec`, query i at KV position offset + i. Differentiable in q, k, v and the sinks
     through `out` (`jax.grad`, `jax.vjp`): the backward is `attend_vjp` on these residuals; a gradient
-    through max_logits or logsumexp is refused (upstream's backward takes no cotangent for them)."""
-    return _differentiable(q, k, v, q_ids, kv_ids, sinks, spec, offset, soft_cap)
+    through max_logits or logsumexp is refused (upstream's backward takes no cotangent for them).
+    `forward_blocks`, `backward_blocks`: each kernel's blocks (`blocks.Blocks`), None for the package's choice
+    (upstream's config choice where its VMEM fits the chip's scoped limit, else `blocks.choose`'s); blocks asked
+    for that do not fit are refused."""
+    return _differentiable(q, k, v, q_ids, kv_ids, sinks, spec, offset, soft_cap, (forward_blocks, backward_blocks))

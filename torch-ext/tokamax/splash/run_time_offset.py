@@ -31,7 +31,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from . import _upstream, padding, schedule
+from . import _upstream, blocks, padding, schedule
 from .lengths import padded
 from .masks import MaskSpec, runtime_schedule
 
@@ -88,6 +88,8 @@ def _prepare(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, 
     stand_in = spec.stand_in((rows_pad, kv_pad), None)
     config = _without_diagonal_skip(
         _upstream.bind_as_public(_upstream.forward_op(), stand_in, q_p[0], k_p[0], v_p[0], **args).default_config)
+    config = blocks.fitted_forward(config, rows_pad, kv_pad, head_dim, v.shape[-1], heads // group, k.shape[1],
+                                   True)
     splash_config = dataclasses.replace(lib.SplashConfig.get_default(), attn_logits_soft_cap=soft_cap, dropout_rate=0.0,
                                         block_q_dkv=None, block_kv_dkv=None, block_kv_dkv_compute=None,
                                         **dataclasses.asdict(config))  # as upstream's Op builds it

@@ -4,10 +4,13 @@ kernels, `tokamax.distill`): what TRL's `DistillationTrainer` runs on under `tok
 - `api`: `distillation_divergence`.
 - `custom_ops`: the kernels' forward and backward custom ops.
 - `stored_ops`: the stored scheme's (`tokamax.distill.stored`), and `divergence_chunk`, which one a call takes.
+- `loss`: `distillation_loss`, the weighted sum as a step's loss with its gradients made in the forward
+  (`tokamax.distill.fused`): TRL's DistillationTrainer's loss at any number of rows in one chunk's memory.
 """
 
 from .api import distillation_divergence
 from .custom_ops import distill_divergence_bwd_op, distill_divergence_bwd_x_op, distill_divergence_op
+from .loss import distill_loss_chunk, distill_loss_grad_x_op, distill_loss_grads_op, distillation_loss
 from .stored_ops import (
     distill_divergence_stored_bwd_op,
     distill_divergence_stored_bwd_x_op,
@@ -17,4 +20,5 @@ from .stored_ops import (
 
 __all__ = ["distill_divergence_bwd_op", "distill_divergence_bwd_x_op", "distill_divergence_op",
            "distill_divergence_stored_bwd_op", "distill_divergence_stored_bwd_x_op", "distill_divergence_stored_op",
-           "distillation_divergence", "divergence_chunk"]
+           "distill_loss_chunk", "distill_loss_grad_x_op", "distill_loss_grads_op", "distillation_divergence",
+           "distillation_loss", "divergence_chunk"]

@@ -1,0 +1,213 @@
+"""The divergence as the loss of a step, its gradients made in the forward: where the weights of the per-token
+divergences are known before the backward (TRL's DistillationTrainer: the completion mask over `num_items_in_batch`
+or the valid tokens), d(loss)/d(z_s) = weight_r Q_r is known as soon as a row's two softmaxes are, so one pass over
+chunks of rows gives the loss and dx_s, dw_s and db_s, and the backward only scales them by the loss's cotangent.
+
+Per chunk of rows: both models' float32 logits (two matmuls), the divergence, the student's entropy and Q as the
+stored scheme makes them (`stored`), G = weight Q rounded once to the student's dtype (TRL's one rounding), dx_s = G
+@ w_s (one matmul) and dw_s += G.T @ x_s (one matmul), added by `lm_head.accumulate`'s kernel where it takes the
+student's head (the accumulator streamed under the matmul) into the pair the labels path keeps (`lm_head.fused`:
+high in w_s's 16-bit dtype, the low half in int8, 3 bytes an entry where float32 takes 4), else by XLA into a
+float32 accumulator. Four matmuls, as
+the loss written plainly and as the stored scheme, with no [rows, vocab] array beyond one chunk's: the stored scheme
+keeps Q for every row (2.5 GB at 8,192 rows and a vocabulary of 151,936) and past an eighth of the chip's HBM the
+per-token call falls back to the kernels (six matmuls); this holds one chunk's logits, G and the [vocab, hidden_s]
+accumulator at any number of rows.
+
+`choose` (the rule): the largest chunk of `CHUNKS` whose temporaries (`temporaries`) fit 1/`HBM_SHARE` of the
+chip's HBM, at the least roofline time (`cost`). The rows left after the whole chunks run as one more chunk
+(`lm_head.fused.TAIL_ROWS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
+from jax.experimental.pallas import tpu as pltpu
+
+from .. import roofline
+from ..lm_head import accumulate
+from ..lm_head.blocks import round_up
+from ..lm_head.cost import HBM_SHARE
+from ..lm_head.fused import SMALL_BUFFERS, TAIL_ROWS, chunk_rows
+from .blocks import Sizes
+from .cost import STORED_VECTOR_SECONDS
+from .kernels import Setting
+from .stored import chunk_outputs
+
+CHUNKS = tuple(range(2048, 255, -256))
+"""Chunk rows, largest first: every multiple of 256 from 256 to 2048 (each chunk re-reads both weights: at 256
+rows a chunk's matmuls are already HBM-bound on the v5e)."""
+F32 = 4
+CHUNK_TEMPORARIES = 3
+"""[chunk, vocab] float32 arrays a chunk holds at once: both models' logits and what XLA makes of them before G is
+written in the student's dtype."""
+
+__all__ = ["CHUNKS", "FusedCost", "choose", "cost", "loss", "loss_and_grads", "temporaries"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedCost:
+    chunk: int
+    flops: int
+    bytes_accessed: int
+    temp_bytes: int
+    logits: int  # both models' logits computed, for the vector work beyond the roofline
+    kernel: bool  # dW added by `accumulate`'s kernel into the pair, its low half in int8
+
+    def seconds(self, on: roofline.Chip) -> float:
+        serial = self.logits * roofline.scaled(STORED_VECTOR_SECONDS, on)
+        return roofline.seconds(self.flops, self.bytes_accessed, 0, on, serial=serial)
+
+
+def _accumulator(sizes: Sizes, kernel: bool, weight_grad: bool) -> int:
+    """dw_s's accumulator bytes: the pair's int8 low half with the kernel (its high half is dw_s, the output), else
+    float32."""
+    return sizes.vocab * sizes.student_hidden * (1 if kernel else F32) if weight_grad else 0
+
+
+def temporaries(sizes: Sizes, chunk: int, kernel: bool, weight_grad: bool = True) -> int:
+    """dw_s's accumulator (where the student's head trains), `CHUNK_TEMPORARIES` float32 [chunk, vocab] arrays, G in
+    the student's dtype, dx_s and the per-row vectors."""
+    rows = chunk_rows(sizes.rows, chunk)[1]
+    return (_accumulator(sizes, kernel, weight_grad) + chunk * sizes.vocab * (CHUNK_TEMPORARIES * F32
+            + sizes.student_itemsize) + rows * (sizes.student_hidden * sizes.student_itemsize + 2 * F32))
+
+
+def cost(sizes: Sizes, chunk: int, *, kernel: bool = True, weight_grad: bool = True) -> FusedCost:
+    """Per chunk: both weights read by the logits' matmuls and w_s by dx's, the chunk's hidden states, both models'
+    float32 logits written and read once, G written once and read by dx's and dw's matmuls; the float32 accumulator
+    read and written per chunk (written only by the first: 3 bytes an entry in the kernel's pair, 4 in XLA's float32);
+    the kernel's traffic streamed under its matmul, XLA's counted the same."""
+    chunks, rows = chunk_rows(sizes.rows, chunk)
+    hs, ht = sizes.student_hidden * sizes.student_itemsize, sizes.teacher_hidden * sizes.teacher_itemsize
+    g = sizes.vocab * sizes.student_itemsize
+    per_row = hs + ht + 2 * 2 * sizes.vocab * F32 + 3 * g + hs + 2 * F32
+    accumulator = sizes.vocab * sizes.student_hidden * (3 if kernel else F32) if weight_grad else 0
+    moved = chunks * sizes.vocab * (2 * hs + ht + 2 * F32) + rows * per_row + (2 * chunks - 1) * accumulator
+    flops = 2 * rows * sizes.vocab * (sizes.student_hidden + sizes.teacher_hidden) \
+        + (2 if weight_grad else 1) * 2 * rows * sizes.vocab * sizes.student_hidden
+    return FusedCost(chunk, flops, moved, temporaries(sizes, chunk, kernel, weight_grad), 2 * rows * sizes.vocab,
+                     kernel)
+
+
+def _kernel_takes(sizes: Sizes, chunk: int, vmem: int) -> bool:
+    return sizes.student_itemsize == 2 and accumulate.fits(chunk, sizes.student_hidden, sizes.vocab,
+                                                          sizes.student_itemsize, vmem)
+
+
+def choose(sizes: Sizes, chip: roofline.Chip, weight_grad: bool = True) -> int | None:
+    """The chunk of least roofline time among `CHUNKS` (no larger than the rows rounded to the smallest) whose
+    temporaries and `SMALL_BUFFERS` fit 1/`HBM_SHARE` of the chip's HBM; among equals the larger. None where none
+    fits (a student's float32 accumulator past the share)."""
+    costs = [cost(sizes, c, kernel=_kernel_takes(sizes, c, chip.vmem), weight_grad=weight_grad) for c in CHUNKS
+             if c <= round_up(sizes.rows, CHUNKS[-1])]
+    fitting = [c for c in costs if c.temp_bytes + SMALL_BUFFERS <= chip.hbm // HBM_SHARE]
+    return min(fitting, key=lambda c: (c.seconds(chip), -c.chunk)).chunk if fitting else None
+
+
+def loss_and_grads(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.Array, bt: jax.Array,
+                   weights: jax.Array, setting: Setting, chunk: int, *, weight_grad: bool = True,
+                   accumulator_kernel: bool | None = None
+                   ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+    """(sum_r weights_r divergence_r float32 [], divergence and entropy float32 [rows], dx_s in x_s's dtype, dw_s in
+    w_s's dtype and db_s float32 [vocab], or None for both where not `weight_grad`). Biases float32 [vocab] (zeros for
+    none). `accumulator_kernel` None or True: `accumulate`'s kernel into the pair where it takes the student's head
+    at this chunk (a 16-bit student); False: XLA's float32 accumulator."""
+    rows, vocab, hidden = xs.shape[0], ws.shape[0], xs.shape[1]
+    takes = xs.dtype.itemsize == 2 and accumulate.fits(chunk, hidden, vocab, xs.dtype.itemsize,
+                                                        pltpu.get_tpu_info().vmem_capacity_bytes)
+    kernel = takes if accumulator_kernel is None else accumulator_kernel and takes
+    weights = weights.astype(jnp.float32)
+    whole = rows // chunk * chunk
+
+    def step(carry: tuple, inputs: tuple) -> tuple:
+        x_s, x_t, m = inputs
+        (div, entropy, *_), q = chunk_outputs(setting, jnp.float32, x_s, ws, bs[None], x_t, wt, bt[None])
+        g = m[:, None] * q  # a weight of 0 (a masked or padding row) gives none
+        g_low = g.astype(xs.dtype)
+        dx = jax.lax.dot_general(g_low, ws, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        if weight_grad:
+            dw, db = carry
+            carry = (accumulate.add(dw, g_low, x_s, kernel), db + jnp.sum(g, axis=0))
+        return carry, (jnp.sum(m * div), div, entropy, dx.astype(xs.dtype))
+
+    zeros = accumulate.start(ws.shape, ws.dtype, kernel, kernel)  # the kernel's pair, int8 low; else float32
+    carry = (zeros, jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
+    losses, rows_out = [], []  # per part (the whole chunks, the rows left): the weighted sum; (div, entropy, dx)
+    if whole:
+        def chunks(a: jax.Array) -> jax.Array:
+            return a[:whole].reshape(whole // chunk, chunk, *a.shape[1:])
+        carry, (part, *per_row) = jax.lax.scan(step, carry, (chunks(xs), chunks(xt), chunks(weights)))
+        losses.append(jnp.sum(part))
+        rows_out.append([o.reshape(whole, *o.shape[2:]) for o in per_row])
+    if whole < rows:
+        extra = round_up(rows - whole, TAIL_ROWS) - (rows - whole)
+
+        def tail(a: jax.Array) -> jax.Array:
+            return jnp.pad(a[whole:], ((0, extra),) + ((0, 0),) * (a.ndim - 1))
+        carry, (part, *per_row) = step(carry, (tail(xs), tail(xt), tail(weights)))
+        losses.append(part)
+        rows_out.append([o[:rows - whole] for o in per_row])
+    if not rows_out:  # no rows
+        losses.append(jnp.zeros((), jnp.float32))
+        rows_out.append([jnp.zeros((0,), jnp.float32), jnp.zeros((0,), jnp.float32), jnp.zeros(xs.shape, xs.dtype)])
+    div, entropy, dx = (jnp.concatenate(o) if len(o) > 1 else o[0] for o in zip(*rows_out, strict=True))
+    loss = sum(losses[1:], losses[0])
+    if not weight_grad:
+        return loss, div, entropy, dx, None, None
+    dw, db = carry
+    return loss, div, entropy, dx, accumulate.finish(dw, ws.dtype), db
+
+
+def _primal(x: Any) -> Any:
+    return x.value if isinstance(x, jax.custom_derivatives.CustomVJPPrimal) else x
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8))
+def _loss(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.Array, bt: jax.Array,
+          weights: jax.Array, setting: Setting, chunk: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    return loss_and_grads(xs, ws, bs, xt, wt, bt, weights, setting, chunk, weight_grad=False)[:3]
+
+
+def _loss_fwd(*primals: Any) -> tuple[tuple, tuple]:
+    """The gradients in the forward: dw_s and db_s only where the student's weight or bias is perturbed (a frozen
+    head, LoRA's, makes dx_s alone)."""
+    xs, ws, bs, xt, wt, bt, weights = (_primal(p) for p in primals[:7])
+    setting, chunk = primals[7:]
+    weight_grad = any(getattr(p, "perturbed", True) for p in primals[1:3])
+    loss, div, entropy, dx, dw, db = loss_and_grads(xs, ws, bs, xt, wt, bt, weights, setting, chunk,
+                                                    weight_grad=weight_grad)
+    zeros = tuple(jnp.zeros_like(a) for a in (xt, wt, bt, weights))
+    return (loss, div, entropy), (dx, jnp.zeros_like(ws) if dw is None else dw,
+                                  jnp.zeros_like(bs) if db is None else db.astype(bs.dtype), zeros)
+
+
+def _loss_bwd(setting: Setting, chunk: int, residuals: tuple, cotangents: tuple) -> tuple:
+    dx, dw, db, zeros = residuals
+    d_loss, d_div, d_entropy = cotangents
+    taken = [name for name, d in (("divergence", d_div), ("entropy", d_entropy)) if not isinstance(d, SymbolicZero)]
+    if taken:
+        raise ValueError(f"tokamax distill.loss: a gradient through the per-token {' and '.join(taken)} was asked "
+                         "for, but the loss's gradients are made in the forward for its weights alone; "
+                         "differentiate the loss, or take distill.divergence for per-token gradients")
+    if isinstance(d_loss, SymbolicZero):
+        return jnp.zeros_like(dx), jnp.zeros_like(dw), jnp.zeros_like(db), *zeros
+    scale = d_loss.astype(jnp.float32)
+    return ((dx.astype(jnp.float32) * scale).astype(dx.dtype), (dw.astype(jnp.float32) * scale).astype(dw.dtype),
+            (db.astype(jnp.float32) * scale).astype(db.dtype), *zeros)
+
+
+_loss.defvjp(_loss_fwd, _loss_bwd, symbolic_zeros=True)
+
+
+def loss(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.Array, bt: jax.Array,
+         weights: jax.Array, setting: Setting, chunk: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(sum_r weights_r divergence_r float32 [], divergence and entropy float32 [rows]), differentiable in x_s, w_s
+    and b_s through the loss alone (its gradients made in the forward); biases float32 [vocab]."""
+    return _loss(xs, ws, bs, xt, wt, bt, weights, setting, chunk)
