@@ -107,13 +107,14 @@ def main(argv: list[str]) -> int:
             lm_head_columns,
             lm_head_statistics,
             lm_head_statistics_columns,
+            lm_head_vocab,
             moe,
         )
 
         chosen = {"attention": attention, "moe": moe, "lm_head": lm_head, "lm_head_statistics": lm_head_statistics,
                   "distill": distill}
         extra = {"lm_head_columns": lm_head_columns,  # run when named only
-                 "lm_head_statistics_columns": lm_head_statistics_columns}
+                 "lm_head_statistics_columns": lm_head_statistics_columns, "lm_head_vocab": lm_head_vocab}
         names = [n for n in args.only.split(",") if n] or list(chosen)
         out = ResultsFile(args.out / "bench.json", header(args.commit, "bench"))
         impls = {n.strip() for n in re.split(r",(?! )", args.impl) if n.strip()}  # names hold ", " themselves

@@ -220,6 +220,16 @@ def _model_shapes(tk: ModuleType) -> Iterator[Outcome]:
 
             operands = [np.asarray(a) for a in (xs, ws)] + [None] + [np.asarray(a) for a in (xt, wt)] + [None]
             pairs = {}
+            w_div, _, (w_dxs, w_dws, _) = reference.reference(operands, {"beta": 0.5}, np.asarray(g_div),
+                                                              np.zeros(rows, np.float32))
+            for chunk in (128, "auto"):  # the loss of a step, weighted by g_div: its gradients made in the forward
+                def weighted(xs, ws, c=chunk):  # noqa: ANN001, ANN202
+                    total, div, _ = tk.distill.loss(xs, ws, None, xt, wt, None, g_div, beta=0.5, chunk=c)
+                    return total, div
+                (total, div), (dxs, dws) = jax.jit(jax.value_and_grad(weighted, (0, 1), has_aux=True))(xs, ws)
+                pairs |= {f"loss (chunks of {chunk}) divergence": (div, w_div),
+                          f"loss (chunks of {chunk})": (total, (np.asarray(g_div, np.float64) * w_div).sum()),
+                          f"loss (chunks of {chunk}) dx": (dxs, w_dxs), f"loss (chunks of {chunk}) dw": (dws, w_dws)}
             for scheme, entropy in (("kernels", True), ("stored", True), ("stored", False)):
                 div, ent, (dxs, dws) = jax.jit(ours(scheme, entropy))(xs, ws, xt, wt, g_div, g_ent)
                 g = np.asarray(g_ent) if entropy else np.zeros(rows, np.float32)
@@ -237,7 +247,9 @@ def _model_shapes(tk: ModuleType) -> Iterator[Outcome]:
         "ragged_dot Qwen3-30B-A3B-like": ragged(2048, 2048, 768, 128),
         "splash GQA": splash(8, 2, 2048, 128),
         "splash head 256": splash(4, 2, 1536, 256),
+        "splash head 256, 1024-token blocks (the backward's fitted to VMEM)": splash(8, 4, 4096, 256),
         "lm_head": lm_head(1536, 512, 10007),
+        "lm_head, a vocabulary off the lanes (the transposed chunk, the accumulator kernel)": lm_head(1536, 512, 10016),
         "distill": distill(256, 256, 384, 2003),
     }
     for name, check in checks.items():

@@ -30,27 +30,31 @@ def _arrays(chunk: int, vocab: int, hidden: int, seed: int = 0):  # noqa: ANN202
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("pair", [False, True, "scaled"], ids=["float32", "pair", "pair-int8"])
-def test_the_kernel_adds_g_t_x_to_the_accumulator(accumulate, emulation, pair):
-    chunk, vocab, hidden = 256, 1280, 384  # five blocks of 256 accumulator rows
+@pytest.mark.parametrize(("vocab", "transposed"), [(1280, False), (1056, True)], ids=["1280", "1056-transposed"])
+def test_the_kernel_adds_g_t_x_to_the_accumulator(accumulate, emulation, pair, vocab, transposed):
+    """1,280 rows: five blocks of 256; 1,056 (off the lanes) with g given as g.T, as the chunked scheme makes it
+    there: three blocks of 352 (a multiple of 32 dividing it)."""
+    chunk, hidden = 256, 384
     acc, g, x = _arrays(chunk, vocab, hidden)
+    into = (lambda a, g, x: accumulate.into(a, g.T, x, transposed=True)) if transposed else accumulate.into
     with emulation.interpret_on_cpu("v5e"):
-        assert accumulate.block_rows(chunk, hidden, vocab, 2, 128 << 20) == 256
+        assert accumulate.block_rows(chunk, hidden, vocab, 2, 128 << 20, transposed) == (256 if vocab == 1280 else 352)
         if pair == "scaled":
             high = acc.astype(jnp.bfloat16)
             low = accumulate.scaled_low(high.astype(jnp.float32), acc, 7)
             acc = accumulate.scaled_value(high.astype(jnp.float32), low, 7)  # what the pair holds
-            h, lo = jax.jit(accumulate.into)((high, low), g, x)
+            h, lo = jax.jit(into)((high, low), g, x)
             assert (h.dtype, lo.dtype) == (jnp.bfloat16, jnp.int8)
             got = np.asarray(accumulate.scaled_value(h.astype(jnp.float32), lo, 7), np.float64)
         elif pair:
             high = acc.astype(jnp.bfloat16)
             low = (acc - high.astype(jnp.float32)).astype(jnp.bfloat16)
             acc = high.astype(jnp.float32) + low.astype(jnp.float32)  # what the pair holds
-            h, lo = jax.jit(accumulate.into)((high, low), g, x)
+            h, lo = jax.jit(into)((high, low), g, x)
             assert h.dtype == lo.dtype == jnp.bfloat16
             got = np.asarray(h, np.float64) + np.asarray(lo, np.float64)
         else:
-            got = np.asarray(jax.jit(accumulate.into)(acc, g, x), np.float64)
+            got = np.asarray(jax.jit(into)(acc, g, x), np.float64)
     g64, x64 = np.asarray(g, np.float64), np.asarray(x, np.float64)
     want = np.asarray(acc, np.float64) + g64.T @ x64
     # float32: the product's sum over the chunk, ~sqrt(chunk) u of its magnitude, and the addition's rounding;
@@ -65,13 +69,15 @@ def test_the_kernel_adds_g_t_x_to_the_accumulator(accumulate, emulation, pair):
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("pair", [False, True, "scaled"], ids=["float32", "pair", "pair-int8"])
 def test_the_chunked_scheme_gives_what_xla_accumulates(kernel, emulation, accumulate, monkeypatch, pair):
-    """300 rows in 3 chunks of 128 (the last padded) at a vocabulary of 1,280 (the kernel's) and 1,000 (no block
-    divides it: XLA adds, and says nothing, as the kernel is an implementation choice): the loss, dx and db the
-    same bits; dW the same sums in another order, within one bf16 rounding and the float32 sums' order (the
-    kernel's int8 low half against XLA's 16-bit one: 2^-15 of the sum, `accumulate`'s bound)."""
+    """300 rows in 2 chunks of 128 and the 44 left as a chunk of their own (the kernel traced for each) at a
+    vocabulary of 1,280, of 1,056 (off the lanes: the [chunk, vocab] arrays made as their transposes, g handed to
+    the kernel so) and of 1,000 (no multiple of 32 divides it: XLA adds, and says nothing, as the kernel is an
+    implementation choice): the loss, dx and db the same bits; dW the same sums in another order, within one bf16
+    rounding and the float32 sums' order (the kernel's int8 low half against XLA's 16-bit one: 2^-15 of the sum,
+    `accumulate`'s bound)."""
     lm_head = kernel.lm_head
     real = accumulate.into  # the kernel itself, wrapped below to count its calls
-    for vocab in (1280, 1000):
+    for vocab in (1280, 1056, 1000):
         rows, hidden = 300, 128
         x, w, b, targets = operands(rows, hidden, vocab, seed=11)
         x, w = jnp.asarray(x, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)
@@ -87,8 +93,8 @@ def test_the_chunked_scheme_gives_what_xla_accumulates(kernel, emulation, accumu
                                                     scaled_low=pair == "scaled")
             with emulation.interpret_on_cpu("v5e"):
                 out[use] = jax.jit(step)(x, w)
-            calls[use] = len(seen)  # traced once: the scan's body
-        assert calls == {False: 0, True: int(vocab % 128 == 0)}, (vocab, calls)
+            calls[use] = len(seen)  # traced twice: the scan's body and the rows left
+        assert calls == {False: 0, True: 2 * (vocab != 1000)}, (vocab, calls)
         (loss, dx, dw, db), (loss_k, dx_k, dw_k, db_k) = out[False], out[True]
         assert float(loss) == float(loss_k) and dw.dtype == dw_k.dtype == jnp.bfloat16
         np.testing.assert_array_equal(np.asarray(dx, np.float32), np.asarray(dx_k, np.float32))
@@ -140,8 +146,13 @@ def test_a_wrong_call_is_refused_with_what_is_wrong(accumulate, emulation):
             accumulate.into(acc, g[:, :1000], x)
         with pytest.raises(ValueError, match=r"tokamax lm_head accumulate: .* one dtype"):
             accumulate.into(acc, g, x.astype(jnp.float32))
-        with pytest.raises(ValueError, match=r"no block of .* divides the vocabulary \(1000\)"):
+        with pytest.raises(ValueError, match=r"tokamax lm_head accumulate: g must be \[vocab, chunk\]"):
+            accumulate.into(acc, g, x, transposed=True)
+        with pytest.raises(ValueError, match=r"no block of .* rows divides the vocabulary \(1000\)"):
             accumulate.into(acc[:1000], g[:, :1000], x)
+        with pytest.raises(ValueError, match=r"no multiple of 32 up to 1024 rows divides the vocabulary \(1000\)"):
+            accumulate.into(acc[:1000], g[:, :1000].T, x, transposed=True)
     assert not accumulate.fits(64, 128, 1000, 2, 128 << 20)
+    assert accumulate.block_rows(64, 128, 262208, 2, 128 << 20, transposed=True) == 544  # Gemma 3: 2^6 x 17 x 241
     # x's chunk itself over the VMEM: no block
     assert accumulate.block_rows(65536, 8192, 1280, 2, 128 << 20) is None

@@ -18,7 +18,8 @@ from . import Workload, normal, summed, with_grads
 XLA_MAX_LENGTH = 8192  # past it XLA's float32 logits ([heads, q, kv]) and their gradient outgrow the chip
 BACKWARD_BLOCKS = ((1024, 512, 512), (512, 512, 512), (256, 1024, 512), (512, 512, 256), (1024, 256, 256))
 """The fused backward's (block_q_dkv, block_kv_dkv, block_kv_dkv_compute) timed beside the package's choice at head
-dim 256, each within 90% of the v5e's 16 MiB of scoped VMEM by `splash.blocks`' model (upstream's 1024/1024/512 asks for 19.0 MiB there)."""
+dim 256, each within 90% of the v5e's 16 MiB of scoped VMEM by `splash.blocks`' model (upstream's 1024/1024/512 asks
+for 19.0 MiB there)."""
 
 
 def _jax_splash(block: int, window: int | None = None):  # noqa: ANN202

@@ -14,11 +14,10 @@ last place per addition, 1/256 where the remainder is within 1/512 of half of it
 bytes an entry where the 16-bit pair takes 4).
 
 Shapes: acc [vocab, hidden] (float32, or high in x's dtype and low in it or int8), g [chunk, vocab], x [chunk,
-hidden], any vocabulary of at least 128 entries. Where no block divides it (Gemma 3's 262,208 = 2,048 x 128 + 64),
-the last step's block overhangs the arrays: it reads G's columns and the accumulator's rows past the vocabulary
-(whatever the buffer holds there) and its writes past them are dropped; an accumulator row depends only on its own
-column of G, so nothing read there reaches a row that is written. Where no block fits the chip's VMEM beside x's
-chunk, `fits` says no and the caller adds the product itself.
+hidden], a vocabulary some block divides: a multiple of 128 with g as it is, or, with g given as its transpose
+[vocab, chunk] (`transposed`: the chunked scheme's layout for a vocabulary off the lanes), a multiple of 32 (the
+int8 low half's sublane tile; Gemma 3's 262,208 = 544 x 482). Where no block divides it or fits the chip's VMEM
+beside x's chunk, `fits` says no and the caller adds the product itself.
 """
 
 from __future__ import annotations
@@ -32,12 +31,12 @@ from .blocks import vmem_limit
 
 BLOCKS = (1024, 512, 256, 128)
 """Accumulator rows per step: the widest that divides the vocabulary and whose VMEM (`vmem_bytes`) fits `VMEM_SHARE`
-of the kernel's limit (Qwen3's 151,936 = 1,187 x 128 takes 128, Llama 3's 128,256 = 501 x 256 256); where none
-divides it, the widest that fits and overhangs it by less than `OVERHANG` of it (Gemma 3's 262,208 = 2,048 x 128 +
-64 takes 512 beside a chunk of 768 rows at hidden 2,560: its last block holds 64 rows of the vocabulary)."""
-OVERHANG = 1 / 64
-"""The largest share of the vocabulary a last block may run past it: what its step reads and multiplies for
-nothing."""
+of the kernel's limit (Qwen3's 151,936 = 1,187 x 128 takes 128, Llama 3's 128,256 = 501 x 256 256). With g
+transposed, any multiple of `SUBLANE_ROWS` up to the largest of these that divides the vocabulary (Gemma 3's
+262,208 = 2^6 x 17 x 241: 544 beside a chunk of 1,024 rows at hidden 2,560)."""
+SUBLANE_ROWS = 32
+"""A block's rows with g transposed (its rows then on the sublanes, not the lanes): a multiple of the int8 low half's
+sublane tile (32 rows; bf16's 16 and float32's 8 divide it)."""
 VMEM_SHARE = 0.6
 """Of the scoped limit the kernel is compiled with: Mosaic's own temporaries beside what `vmem_bytes` counts."""
 
@@ -82,35 +81,41 @@ def vmem_bytes(chunk: int, hidden: int, block: int, itemsize: int) -> int:
     return 2 * chunk * (hidden + block) * itemsize + 4 * block * hidden * 4 + 3 * block * hidden * 4
 
 
-def block_rows(chunk: int, hidden: int, vocab: int, itemsize: int, vmem_capacity: int) -> int | None:
-    """The accumulator rows one step takes (`BLOCKS`' rule), or None where the vocabulary is under the smallest block
-    or no block fits the chip's VMEM beside x's chunk."""
+def block_rows(chunk: int, hidden: int, vocab: int, itemsize: int, vmem_capacity: int,
+               transposed: bool = False) -> int | None:
+    """The accumulator rows one step takes (`BLOCKS`' rule), or None where no block divides the vocabulary within
+    the chip's VMEM beside x's chunk."""
     budget = VMEM_SHARE * vmem_limit(vmem_capacity)
-    fitting = [b for b in BLOCKS if b <= vocab and vmem_bytes(chunk, hidden, b, itemsize) <= budget]
-    dividing = [b for b in fitting if vocab % b == 0]
-    overhanging = [b for b in fitting if -vocab % b < OVERHANG * vocab]
-    return (dividing or overhanging or [None])[0]
+    sizes = range(BLOCKS[0], 0, -SUBLANE_ROWS) if transposed else BLOCKS
+    for block in sizes:
+        if vocab % block == 0 and vmem_bytes(chunk, hidden, block, itemsize) <= budget:
+            return block
+    return None
 
 
-def fits(chunk: int, hidden: int, vocab: int, itemsize: int, vmem_capacity: int) -> bool:
-    return block_rows(chunk, hidden, vocab, itemsize, vmem_capacity) is not None
+def fits(chunk: int, hidden: int, vocab: int, itemsize: int, vmem_capacity: int, transposed: bool = False) -> bool:
+    return block_rows(chunk, hidden, vocab, itemsize, vmem_capacity, transposed) is not None
 
 
-def into(acc: Accumulator, g: jax.Array, x: jax.Array) -> Accumulator:
-    """acc + g.T @ x (float32 products), acc updated in place where the caller's buffer can be donated."""
+def into(acc: Accumulator, g: jax.Array, x: jax.Array, transposed: bool = False) -> Accumulator:
+    """acc + g.T @ x (float32 products), acc updated in place where the caller's buffer can be donated; with
+    `transposed`, g is given as g.T [vocab, chunk] (the chunked scheme's layout for a vocabulary off the lanes)."""
     pair = isinstance(acc, tuple)
     vocab, hidden = (acc[0] if pair else acc).shape
     chunk = x.shape[0]
-    if g.shape != (chunk, vocab) or x.shape != (chunk, hidden) or g.dtype != x.dtype:
-        raise ValueError(f"tokamax lm_head accumulate: g must be [chunk, vocab] = [{chunk}, {vocab}] and x "
+    want = (vocab, chunk) if transposed else (chunk, vocab)
+    if g.shape != want or x.shape != (chunk, hidden) or g.dtype != x.dtype:
+        names = "[vocab, chunk]" if transposed else "[chunk, vocab]"
+        raise ValueError(f"tokamax lm_head accumulate: g must be {names} = {list(want)} and x "
                          f"[chunk, hidden] = [{chunk}, {hidden}] of one dtype, got g {g.dtype}{list(g.shape)}, "
                          f"x {x.dtype}{list(x.shape)}")
     capacity = pltpu.get_tpu_info().vmem_capacity_bytes
-    block = block_rows(chunk, hidden, vocab, x.dtype.itemsize, capacity)
+    block = block_rows(chunk, hidden, vocab, x.dtype.itemsize, capacity, transposed)
     if block is None:
-        raise ValueError(f"tokamax lm_head accumulate: no block of {BLOCKS} rows fits the vocabulary ({vocab}) with "
-                         f"x's chunk [{chunk}, {hidden}] within the chip's VMEM ({capacity >> 20} MiB); add the "
-                         f"product in XLA, or take a smaller chunk")
+        sizes = f"multiple of {SUBLANE_ROWS} up to {BLOCKS[0]}" if transposed else f"block of {BLOCKS}"
+        raise ValueError(f"tokamax lm_head accumulate: no {sizes} rows divides the vocabulary ({vocab}) with x's "
+                         f"chunk [{chunk}, {hidden}] within the chip's VMEM ({capacity >> 20} MiB); add the product "
+                         f"in XLA, or take a smaller chunk")
     arrays = tuple(acc) if pair else (acc,)
     scaled = pair and arrays[1].dtype == SCALED
     if pair and (arrays[0].dtype != x.dtype or arrays[1].dtype not in (x.dtype, SCALED)
@@ -121,7 +126,7 @@ def into(acc: Accumulator, g: jax.Array, x: jax.Array) -> Accumulator:
 
     def kernel(g_ref, x_ref, *refs) -> None:  # noqa: ANN001
         ins, outs = refs[:len(arrays)], refs[len(arrays):]
-        part = jax.lax.dot_general(g_ref[...], x_ref[...], (((0,), (0,)), ((), ())),
+        part = jax.lax.dot_general(g_ref[...], x_ref[...], (((1 if transposed else 0,), (0,)), ((), ())),
                                    preferred_element_type=jnp.float32)
         if not pair:
             outs[0][...] = ins[0][...] + part
@@ -141,9 +146,10 @@ def into(acc: Accumulator, g: jax.Array, x: jax.Array) -> Accumulator:
     acc_spec = pl.BlockSpec((block, hidden), lambda i: (i, 0))
     out = pl.pallas_call(
         kernel,
-        grid=(-(-vocab // block),),
-        in_specs=[pl.BlockSpec((chunk, block), lambda i: (0, i)), pl.BlockSpec((chunk, hidden), lambda i: (0, 0)),
-                  *[acc_spec] * len(arrays)],
+        grid=(vocab // block,),
+        in_specs=[pl.BlockSpec((block, chunk), lambda i: (i, 0)) if transposed
+                  else pl.BlockSpec((chunk, block), lambda i: (0, i)),
+                  pl.BlockSpec((chunk, hidden), lambda i: (0, 0)), *[acc_spec] * len(arrays)],
         out_specs=[acc_spec] * len(arrays),
         out_shape=[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays],
         input_output_aliases={2 + i: i for i in range(len(arrays))},
@@ -158,6 +164,21 @@ def into(acc: Accumulator, g: jax.Array, x: jax.Array) -> Accumulator:
     return tuple(out) if pair else out[0]
 
 
+def _added(arrays: tuple[jax.Array, ...], part: jax.Array, bits: int) -> tuple[jax.Array, ...]:
+    """arrays + part in XLA, as the kernel adds it: float32 (one array), or the pair (high, low), its low half in
+    x's dtype or in int8 (`scaled_low`; `bits`, high's explicit mantissa bits)."""
+    if len(arrays) == 1:
+        return (arrays[0] + part,)
+    high, low = arrays
+    held = high.astype(jnp.float32)
+    scaled = low.dtype == SCALED
+    total = (scaled_value(held, low, bits) if scaled else held + low.astype(jnp.float32)) + part
+    rounded = total.astype(high.dtype)
+    if scaled:
+        return rounded, scaled_low(rounded.astype(jnp.float32), total, bits)
+    return rounded, (total - rounded.astype(jnp.float32)).astype(low.dtype)
+
+
 def start(shape: tuple[int, int], dtype: jnp.dtype, pair: bool, scaled: bool) -> Accumulator:
     """A zero accumulator for dW of `shape` in `dtype`: float32, or the pair (high in `dtype`, low in it or, with
     `scaled` and a 16-bit `dtype`, in int8: `SCALED`)."""
@@ -167,18 +188,15 @@ def start(shape: tuple[int, int], dtype: jnp.dtype, pair: bool, scaled: bool) ->
     return jnp.zeros(shape, dtype), jnp.zeros(shape, low)
 
 
-def add(acc: Accumulator, g: jax.Array, x: jax.Array, kernel: bool) -> Accumulator:
-    """acc + g.T @ x: by this module's kernel (`into`), or by XLA (float32 products; the pair's sum rounded to high
-    and what that left in low, as the kernel adds them: the scaled low half is the kernel's alone)."""
+def add(acc: Accumulator, g: jax.Array, x: jax.Array, kernel: bool, transposed: bool = False) -> Accumulator:
+    """acc + g.T @ x (g given as g.T with `transposed`): by this module's kernel (`into`), or by XLA (float32 products;
+    the pair's sum rounded to high and what that left in low, as the kernel adds them)."""
     if kernel:
-        return into(acc, g, x)
-    part = jax.lax.dot_general(g, x, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        return into(acc, g, x, transposed)
+    part = jax.lax.dot_general(g, x, (((1 if transposed else 0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
     if not isinstance(acc, tuple):
         return acc + part
-    high, low = acc
-    total = high.astype(jnp.float32) + low.astype(jnp.float32) + part
-    rounded = total.astype(high.dtype)
-    return rounded, (total - rounded.astype(jnp.float32)).astype(low.dtype)
+    return _added(acc, part, jnp.finfo(acc[0].dtype).nmant)
 
 
 def finish(acc: Accumulator, dtype: jnp.dtype) -> jax.Array:

@@ -44,7 +44,7 @@ from .. import roofline
 from . import accumulate
 from . import plan as plans
 from . import targets as target_checks
-from .blocks import round_up
+from .blocks import LANES, round_up
 from .cost import HBM_SHARE, Chip, chip
 from .stats import _check, row_stats, row_stats_vjp
 from .transform import LogitTransform
@@ -84,12 +84,24 @@ class ChunkedCost:
     bytes_accessed: int
     temp_bytes: int
     accumulator_bytes: int = 0  # dW's float32 accumulator, where there is more than one chunk
-    kernel: bool = False  # dW added by `accumulate`'s kernel: its traffic under the matmul, nothing serial
+    kernel: bool = False  # dW added by `accumulate`'s kernel: its traffic under its own matmul
     pair: bool = False  # dW accumulated in the pair of w's dtype
     scaled: bool = False  # the pair's low half in int8 (`accumulate.SCALED`)
+    chunks: int = 1
+    kernel_flops: int = 0  # the kernel's matmul per chunk
+    kernel_bytes: int = 0  # the accumulator's bytes the kernel reads and writes per chunk
 
     def seconds(self, on: Chip) -> float:
-        serial = 0 if self.kernel else ACCUMULATOR_PASSES * self.accumulator_bytes / on.hbm_bandwidth
+        """The roofline of the step; XLA's accumulator `ACCUMULATOR_PASSES` times over, serial; the kernel's
+        accumulator traffic hidden only under the kernel's own matmul (the chunk's other two matmuls run before it):
+        what it takes past that matmul, per chunk, serial (the v5e, benchmarks/measured/
+        v5e-2026-12-05-bench-286717f.json: Qwen3 8B's head in the 16-bit pair, chunks of 768, 1024 and 1280, 431.2,
+        385.9 and 369.9 ms, modelled 427, 381 and 369; Llama 3 8B's 183.8, 164.6 and 159.6, modelled 180, 161 and
+        156)."""
+        if self.kernel:
+            serial = self.chunks * max(0.0, self.kernel_bytes / on.hbm_bandwidth - self.kernel_flops / on.peak_flops)
+        else:
+            serial = ACCUMULATOR_PASSES * self.accumulator_bytes / on.hbm_bandwidth
         return roofline.seconds(self.flops, self.bytes_accessed, 0, on, serial=serial) * (
             SCALED_SLOWDOWN if self.scaled else 1.0)
 
@@ -122,7 +134,8 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_g
     return ChunkedCost(chunk, matmuls * 2 * computed * vocab * hidden, moved,
                        temporaries(chunks, chunk, vocab, accumulator, pair, kind, computed * hidden * itemsize,
                                    kernel, itemsize, vocab * hidden * low),
-                       accumulator if chunks > 1 else 0, kernel, pair and weight_grad, scaled)
+                       accumulator if chunks > 1 else 0, kernel, pair and weight_grad, scaled, chunks,
+                       2 * (computed // chunks) * vocab * hidden, 2 * accumulator)
 
 
 LAID_OUT_ON_CHIP = ("TPU v5 lite",)
@@ -180,7 +193,7 @@ def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: C
     on the v5e, and as large)."""
     ways = [(False, False, False)] * (chunk in CHUNKS)
     if weight_grad and chip.kind in LAID_OUT_ON_CHIP and chunk in KERNEL_CHUNKS \
-            and accumulate.fits(chunk, hidden, vocab, itemsize, chip.vmem):
+            and accumulate.fits(chunk, hidden, vocab, itemsize, chip.vmem, vocab % LANES != 0):
         ways += [(True, False, False), (True, True, False)] + [(True, True, True)] * (itemsize == 2)
     return [cost(rows, hidden, vocab, itemsize, chunk, weight_grad, pair=p, kind=chip.kind, kernel=k, scaled=q)
             for k, p, q in ways]
@@ -239,25 +252,36 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
     rows, vocab = x.shape[0], w.shape[0]
     whole = rows // chunk * chunk
 
+    # A vocabulary off the lanes: XLA lays the [chunk, vocab] logits out vocabulary-major and copies them back
+    # row-major for G and the kernel (a float32 chunk's copy: +0.5 GiB and 37 ms at Gemma 3's head, chunks of 1024);
+    # there every [chunk, vocab] array is made as its transpose, [vocab, chunk], the rows on the lanes.
+    transposed = vocab % LANES != 0
+    v_axis = 0 if transposed else 1  # the vocabulary's axis of the [chunk, vocab] arrays as made
+
+    def per_row(v: jax.Array) -> jax.Array:  # a [chunk] vector against a [chunk, vocab] array as made
+        return v[None, :] if transposed else v[:, None]
+
     def step(carry, inputs):  # noqa: ANN001, ANN202
         x_c, t_c, m_c = inputs
-        raw = jax.lax.dot_general(x_c, w, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) + b
+        operands = (w, x_c) if transposed else (x_c, w)
+        raw = jax.lax.dot_general(*operands, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) \
+            + (b[:, None] if transposed else b)
         z, dz = transform(raw)
-        top = jnp.max(z, axis=1, keepdims=True)
-        lse = top[:, 0] + jnp.log(jnp.sum(jnp.exp(z - top), axis=1))
-        onehot = jnp.arange(vocab)[None] == t_c[:, None]
-        zt = jnp.sum(jnp.where(onehot, z, 0.0), axis=1)
+        top = jnp.max(z, axis=v_axis)
+        lse = top + jnp.log(jnp.sum(jnp.exp(z - per_row(top)), axis=v_axis))
+        onehot = jnp.expand_dims(jnp.arange(vocab), 1 - v_axis) == per_row(t_c)
+        zt = jnp.sum(jnp.where(onehot, z, 0.0), axis=v_axis)
         nan_lse, nan_zt = target_checks.nan_rows([lse, zt], t_c, vocab)  # as the kernels' statistics
-        loss = jnp.sum(_weighted(m_c, nan_lse, nan_zt, jnp.sum(z, axis=1), vocab, z_loss, smoothing))
-        p = jnp.exp(z - lse[:, None])
-        g = m_c[:, None] * ((1.0 + 2.0 * z_loss * lse)[:, None] * p - (1.0 - smoothing) * onehot - smoothing / vocab)
+        loss = jnp.sum(_weighted(m_c, nan_lse, nan_zt, jnp.sum(z, axis=v_axis), vocab, z_loss, smoothing))
+        p = jnp.exp(z - per_row(lse))
+        g = per_row(m_c) * (per_row(1.0 + 2.0 * z_loss * lse) * p - (1.0 - smoothing) * onehot - smoothing / vocab)
         kept = (m_c > 0) & ~target_checks.outside(t_c, vocab)  # a NaN row adds nothing, as the kernels' backward
-        g = jnp.where(kept[:, None], g * dz, 0.0)
+        g = jnp.where(per_row(kept), g * dz, 0.0)
         g_low = g.astype(x.dtype)
-        dx_c = jax.lax.dot_general(g_low, w, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        dx_c = jax.lax.dot_general(g_low, w, (((v_axis,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         if weight_grad:
             dw, db = carry
-            carry = (accumulate.add(dw, g_low, x_c, kernel), db + jnp.sum(g, axis=0))
+            carry = (accumulate.add(dw, g_low, x_c, kernel, transposed), db + jnp.sum(g, axis=1 - v_axis))
         return carry, (loss, dx_c.astype(x.dtype))
 
     zeros = accumulate.start(w.shape, w.dtype, pair, scaled and kernel)  # the int8 low half is the kernel's alone
@@ -336,6 +360,6 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
         return _kernels(x, w, b, t, m, transform, z_loss, smoothing, weight_grad, plan)
     bias = jnp.zeros((w.shape[0],), jnp.float32) if b is None else b.astype(jnp.float32)
     kernel = bool(accumulator_kernel) and weight_grad and accumulate.fits(
-        chunk, x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip().vmem)
+        chunk, x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip().vmem, w.shape[0] % LANES != 0)
     return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator), kernel,
                     bool(scaled_low))
