@@ -85,4 +85,6 @@ def test_the_public_op_fetches_with_lookahead_unless_asked_for_upstreams_kernel(
             with around():
                 jax.grad(loss, (0, 1))(lhs, rhs)
             assert asked == [False, False], (around.__name__, asked)
-    assert hook.rhs_lookahead()
+    assert hook.rhs_lookahead() and hook.rhs_lookahead(1152, 2880)  # gpt-oss-20b's tuned gmm: lanes aligned
+    assert not hook.rhs_lookahead(1440, 1024)  # the weights' columns off the lanes: Mosaic refuses the fetch
+    assert not hook.rhs_lookahead(1024, 1000)  # their rows off a 16-bit sublane tile

@@ -156,7 +156,8 @@ def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip
     0.56-0.8 of the sweep's times at Qwen3-30B-A3B's 128 groups: storing each group's accumulator, masking the
     rows of a tile two groups share), which no term here holds: at that call its first ran 9.4% over the
     fastest."""
-    classes, unhidden = _step_classes(kernel, m, k, n, groups, t, itemsize, lookahead and kernel != "tgmm")
+    ahead = lookahead and kernel != "tgmm" and t.tn % 128 == 0 and t.tk % 16 == 0  # as the port's tile hook allows
+    classes, unhidden = _step_classes(kernel, m, k, n, groups, t, itemsize, ahead)
     mxu_fill = min(1.0, t.tm / on.mxu) * min(1.0, min(t.tk, t.tn) / on.mxu)
     return sum(roofline.seconds(count * flops, count * moved, count, on, mxu_fill) for count, flops, moved in classes
                if count > 0) + unhidden / on.hbm_bandwidth

@@ -7,9 +7,10 @@ own heuristic, but for a tgmm whose tiles would not fit the scoped VMEM (`fitted
 `upstream_heuristics()` restores upstream's choice within a block: what the identity checks against
 upstream 0.0.17 compare under.
 
-`rhs_lookahead()`: whether gmm fetches the next group's weights block as soon as a buffer is free (port.kdl
+`rhs_lookahead(...)`: whether gmm fetches the next group's weights block as soon as a buffer is free (port.kdl
 adds the switch to upstream's kernel), rather than one grid step ahead as released; off within
-`upstream_heuristics()` and `weights_one_step_ahead()` (what the chip benchmark compares against).
+`upstream_heuristics()` and `weights_one_step_ahead()` (what the chip benchmark compares against), and for weights
+tiles off the lanes.
 """
 
 from __future__ import annotations
@@ -48,10 +49,20 @@ def weights_one_step_ahead() -> Iterator[None]:
         _ONE_STEP.reset(reset)
 
 
-def rhs_lookahead() -> bool:
+LANES, SUBLANES = 128, 16
+"""The weights block's tiles lookahead needs: its fetch addresses the next block at a run-time offset, and Mosaic
+refuses one it cannot prove aligned to the lanes ("Offsets along tiled dimensions must be aligned to tiles": on the
+v5e's chip check, gpt-oss-like experts of 2880 -> 1440 at tiles 256 x 1024 x 1440), so the weights' column tile must
+be a multiple of 128 and their row tile of 16 (a 16-bit dtype's sublane tile)."""
+
+
+def rhs_lookahead(tile_n: int | None = None, tile_k: int | None = None) -> bool:
     """Whether the gmm being traced fetches its weights with lookahead (read by the Op at each call, passed to
-    the kernel as a static argument, so a jitted caller's cache keeps the two apart)."""
-    return not (_UPSTREAM.get() or _ONE_STEP.get())
+    the kernel as a static argument, so a jitted caller's cache keeps the two apart): not within
+    `upstream_heuristics()` or `weights_one_step_ahead()`, and only for weights blocks of `tile_k` rows by `tile_n`
+    columns that `LANES` and `SUBLANES` divide."""
+    aligned = (tile_n is None or tile_n % LANES == 0) and (tile_k is None or tile_k % SUBLANES == 0)
+    return aligned and not (_UPSTREAM.get() or _ONE_STEP.get())
 
 
 _WARNED: list[str] = []
