@@ -35,9 +35,15 @@ def test_the_chip_checks_that_ran_passed_but_the_known_gaps():
     # gmm_v2's references need jax >= 0.11.1 for the device kind (JAX 0.10.2 there)
     known = {"fused_moe/fp8-ep1-t32-h256-i256-e4-top2"} | {n for n in failed if n.split("/")[0] in (
         "gmm_v2", "linear_softmax_cross_entropy_loss")}
+    # failed at 141654c (Mosaic refused gmm's weights lookahead with the weights' columns off the lanes), passed at
+    # 4e201fa under the name a check that runs takes ("ragged_dot at 1024 x 2880 -> 1440, 32 experts"): a check
+    # that raises is recorded under its key in check.py
+    superseded = {"ragged_dot gpt-oss-like (hidden 2880)": "ragged_dot at 1024 x 2880 -> 1440, 32 experts"}
+    assert all(name in passed for name in superseded.values()), passed
+    known |= set(superseded)
     assert failed <= known, failed - known
     ours = ("ragged_dot at ", "splash causal", "lm_head at ", "distillation JSD at ")
-    assert sum(n.startswith(ours) for n in passed) == 7, passed  # every model-shape check of check.py
+    assert sum(n.startswith(ours) for n in passed) == 9, passed  # every model-shape check of check.py
 
 
 @pytest.mark.kernels_ci

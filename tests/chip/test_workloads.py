@@ -8,8 +8,15 @@ import re
 import jax
 import pytest
 
+from tools.chip.workloads import (
+    attention,
+    distill,
+    lm_head_columns,
+    lm_head_statistics,
+    lm_head_statistics_columns,
+    lm_head_vocab,
+)
 from tools.chip.workloads import lm_head as head_workloads
-from tools.chip.workloads import lm_head_columns, lm_head_statistics, lm_head_statistics_columns
 
 
 @pytest.mark.kernels_ci
@@ -32,7 +39,29 @@ def test_every_lm_head_workload_traces_for_the_v5e(kernel, emulation):
     assert ("lm_head_loss", "tokamax (chunks of 512, pair accumulator, accumulator kernel)", "fwd+bwd") in traced
     assert ("lm_head_loss", "tokamax (chunks of 1024, pair accumulator, int8 low, accumulator kernel)", "fwd+bwd") \
         in traced
-    assert len(traced) == 58, traced  # 52 of the losses and the JSD, the frozen head and the KLs (6)
+    # per head (Llama 3 8B, Qwen3 8B, Gemma 3 4B) 27 of the loss (3 forwards; the default, the kernels, 3 XLA-added
+    # chunks, the whole-block kernels, 2 pairs, 5 chunks by the accumulator kernel in 3 ways, XLA); the JSD (10), the
+    # frozen head and the KLs (6)
+    assert len(traced) == 97, traced
+
+
+@pytest.mark.kernels_ci
+def test_the_distillation_loss_gemma_attention_and_vocabulary_workloads_trace_for_the_v5e(kernel, emulation):
+    """Distillation's loss past the stored share (the fused scheme by default and at fixed chunks, the per-token call,
+    XLA plain where it fits and checkpointed), Gemma 3's attention at head dim 256 (causal and its window, the
+    backward's blocks side by side) and the labels path's vocabulary side by side."""
+    traced = []
+    with emulation.emulated_chip("v5e"):
+        for w in [*distill.workloads(kernel), *lm_head_vocab.workloads(kernel),
+                  *(w for w in attention.workloads(kernel) if "Gemma" in w.case and "8192" in w.case)]:
+            fn, specs = w.make_specs()
+            jax.jit(fn).trace(*specs)
+            traced.append((w.op, w.case.split(":")[1].strip()[:11], w.impl, w.pass_))
+    assert ("distillation_loss", "16384 rows,", "tokamax (loss)", "fwd+bwd") in traced
+    assert not any(t[:2] == ("distillation_loss", "16384 rows,") and t[2] == "xla" for t in traced)  # past the chip
+    assert ("attention", "8/4 heads o", "tokamax (backward blocks 512/512/512)", "fwd+bwd") in traced
+    assert len([t for t in traced if t[0] == "attention"]) == 2 * (6 + 5), traced  # causal and window
+    assert len(traced) == 20 + 9 + 22, traced
 
 
 @pytest.mark.kernels_ci

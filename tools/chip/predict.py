@@ -10,7 +10,7 @@ import re
 from types import ModuleType
 from typing import Any
 
-from .models import ATTENTION, DISTILL, EXPERTS, HEADS, STATISTICS
+from .models import ATTENTION, DISTILL, EXPERTS, STATISTICS, Head
 
 BEFORE_TILES = (128, 128, 128)  # upstream's default tiles, what the grouped matmul ran before the rule
 TILES = {"a9c94e4": "before", "9410969": "rule"}
@@ -52,12 +52,15 @@ AUTO_SCHEMES = {
        for run in ("077895a", "1032390", "d7df2f0", "2cd2df2")},
     "1b5b766": {"Llama 3 8B": (1024, True, True), "Qwen3 8B": (512, True, True)},
     "edf44f8": {"Llama 3 8B": (1024, True, True, True), "Qwen3 8B": (1024, True, True, True)},
+    "141654c": {"Llama 3 8B": (1280, True, True), "Qwen3 8B": (1536, True, True, True),
+                "Gemma 3 4B": (768, True, True, True)},
 }
 """The LM-head default's scheme (`chunk="auto"`: chunk, accumulator kernel, pair) in runs that chose otherwise than
 `fused.choose_scheme` does now: XLA's float32 accumulator in chunks of 2048 at Llama 3 8B's head and the kernels at
 Qwen3 8B's (the accumulator kernel's temporaries counted as `memory_analysis()` gave them, past the share); then the
 pair with a 16-bit low half, which fit at Qwen's head in chunks of 512 only; then the int8 low half at both heads
-(`SCALED_RUNS`)."""
+(`SCALED_RUNS`); at 141654c chunks of 1536 at Qwen's head, before the temporaries counted the whole chunks' dx
+joined to the rows left (2.01 GiB assigned, past the share: 1280 since)."""
 SCALED_RUNS = ("edf44f8",)
 """Runs whose accumulator kernel kept the pair's low half in int8 (`lm_head.accumulate.SCALED`) where the impl names
 the pair alone ("pair accumulator, accumulator kernel"): the first run of it, before the names said "int8 low"."""
@@ -82,6 +85,10 @@ KERNELS = ("tokamax", "tokamax (kernels)", "tokamax (whole-block bodies)", "toka
 loop of 1024 or 2048 columns is the whole block)."""
 
 DISTILL_IMPLS = ("tokamax", "tokamax (stored)", "tokamax (kernels)", "tokamax (whole-block bodies)")
+RAGGED_VOCABULARY_COPY = ("286717f",)
+"""Runs whose chunked scheme made a vocabulary off the lanes (Gemma 3's 262,208) row-major, which XLA laid out
+vocabulary-major and copied back each chunk (a float32 [chunk, vocab] copy: 0.5 GiB and 37 ms at chunks of 1024):
+their records at such a head are not predicted (the package now makes those arrays as their transposes)."""
 
 
 def tiles_of(commit: str) -> str:
@@ -135,10 +142,13 @@ def _grouped(tk: ModuleType, r: dict, chip: Any, which: str, lookahead: bool, co
 
 
 def _head(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
-    h = _shape(r["case"], HEADS)
-    if h is None:
+    sizes = re.search(r"^(.*?) head: (\d+) rows, hidden (\d+), vocabulary (\d+)$", r["case"])
+    if sizes is None:
         return None
+    h = Head(sizes[1], *map(int, sizes.groups()[1:]))  # the case's own sizes (lm_head_vocab's heads beside HEADS')
     lm = tk.lm_head
+    if commit[:7] in RAGGED_VOCABULARY_COPY and h.vocab % 128:
+        return None
     pattern = r"tokamax \(chunks of (\d+)(, pair accumulator)?(, int8 low)?(, accumulator kernel)?\)"
     if chunked := re.fullmatch(pattern, r["impl"]):
         scaled = bool(chunked[3]) or (commit[:7] in SCALED_RUNS and bool(chunked[2]) and bool(chunked[4]))
@@ -216,13 +226,18 @@ def _distill(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
 
 
 def _attention(tk: ModuleType, r: dict, chip: Any) -> float | None:
-    """`splash.cost` of a causal self-attention record (one sequence, the case's heads and tokens)."""
+    """`splash.cost` of a causal self-attention record (one sequence, the case's heads and tokens) at the blocks it
+    ran: the package's (`splash.blocks.choose`) or the backward's named in the impl. Sliding-window records are not
+    predicted: `splash.cost.ROW_SECONDS` was fitted to causal records, and a window's rows are short (the model put
+    Gemma 3's window of 1024 at 1.5x the chip's forward)."""
     a = _shape(r["case"], tuple(ATTENTION.values()))
-    tokens = re.search(r"(\d+) tokens, causal", r["case"])
-    if a is None or tokens is None or r["impl"] != "tokamax":
+    tokens = re.search(r"(\d+) tokens, causal$", r["case"])
+    named = re.fullmatch(r"tokamax \(backward blocks (\d+)/(\d+)/(\d+)\)", r["impl"])
+    if a is None or tokens is None or (r["impl"] != "tokamax" and named is None):
         return None
-    return tk.splash.cost.seconds(a.heads, a.kv_heads, int(tokens[1]), a.head_dim, chip,
-                                  backward_pass=r["pass"] != "fwd")
+    length, blocks = int(tokens[1]), tk.splash.blocks
+    return blocks.seconds(a.heads, a.kv_heads, length, a.head_dim, chip, backward_pass=r["pass"] != "fwd",
+                          backward=None if named is None else blocks.Blocks(*map(int, named.groups())))
 
 
 def predicted(tk: ModuleType, r: dict, *, commit: str) -> float | None:

@@ -75,6 +75,15 @@ v5e-2026-12-04-bench-a9c94e4.json): the chunked scheme ran 29.8 ms over its roof
 chunks of 2048 (8.4 passes over its 2.1 GB accumulator), 60.7 and 67.1 ms at Qwen3 8B's in chunks of 8192 and
 2048 (14.4 and 15.9 passes over 2.5 GB), and at its roofline in one chunk (no accumulator); 12 puts all four
 within 8%."""
+KERNEL_UNHIDDEN = 0.7
+"""The share of `accumulate`'s accumulator traffic past its own matmul's time that nothing hides (the chunk's other
+two matmuls run before the kernel, not beside it): the roofline over the whole step hid it under all three, which
+put the small chunks 3-15% under the chip. Fitted on the v5e (benchmarks/measured/
+v5e-2026-12-05-bench-attention-lm_head-distill-286717f.json: Qwen3 8B's head in the 16-bit pair, chunks of 768, 1024
+and 1280, 431.2, 385.9 and 369.9 ms, modelled 410, 378 and 369; Llama 3 8B's 183.8, 164.6 and 159.6, modelled 173, 159
+and 156): every LM-head record since within 15% at 0.5 to 0.8, none at 1 (the chunks of 512 at 1b5b766 1.15-1.2)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ChunkedCost:
     """The chunked scheme's cost over a step (as `cost.KernelCost`'s roofline counts it)."""
@@ -93,13 +102,10 @@ class ChunkedCost:
 
     def seconds(self, on: Chip) -> float:
         """The roofline of the step; XLA's accumulator `ACCUMULATOR_PASSES` times over, serial; the kernel's
-        accumulator traffic hidden only under the kernel's own matmul (the chunk's other two matmuls run before it):
-        what it takes past that matmul, per chunk, serial (the v5e, benchmarks/measured/
-        v5e-2026-12-05-bench-286717f.json: Qwen3 8B's head in the 16-bit pair, chunks of 768, 1024 and 1280, 431.2,
-        385.9 and 369.9 ms, modelled 427, 381 and 369; Llama 3 8B's 183.8, 164.6 and 159.6, modelled 180, 161 and
-        156)."""
+        accumulator traffic past its own matmul's time, `KERNEL_UNHIDDEN` of it per chunk, serial."""
         if self.kernel:
-            serial = self.chunks * max(0.0, self.kernel_bytes / on.hbm_bandwidth - self.kernel_flops / on.peak_flops)
+            past = self.kernel_bytes / on.hbm_bandwidth - self.kernel_flops / on.peak_flops
+            serial = KERNEL_UNHIDDEN * self.chunks * max(0.0, past)
         else:
             serial = ACCUMULATOR_PASSES * self.accumulator_bytes / on.hbm_bandwidth
         return roofline.seconds(self.flops, self.bytes_accessed, 0, on, serial=serial) * (
@@ -131,9 +137,12 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_g
     low = 1 if scaled else itemsize
     accumulator = vocab * hidden * (itemsize + low if pair else 4) if weight_grad else 0
     moved = chunks * 2 * w + computed * per_row + (2 * chunks - 1) * accumulator
+    # with rows left after the whole chunks, the whole chunks' dx is a temporary until it is joined to the rest's
+    # (the v5e: Qwen3 8B's 16,384 rows in chunks of 1280, 120 MiB more than without)
+    joined = (rows // chunk) * chunk * hidden * itemsize if rows % chunk and rows > chunk else 0
     return ChunkedCost(chunk, matmuls * 2 * computed * vocab * hidden, moved,
                        temporaries(chunks, chunk, vocab, accumulator, pair, kind, computed * hidden * itemsize,
-                                   kernel, itemsize, vocab * hidden * low),
+                                   kernel, itemsize, vocab * hidden * low) + joined,
                        accumulator if chunks > 1 else 0, kernel, pair and weight_grad, scaled, chunks,
                        2 * (computed // chunks) * vocab * hidden, 2 * accumulator)
 

@@ -148,3 +148,19 @@ def fitted_backward(config: Any, q_len: int, kv_len: int, head_dim: int, head_di
         return config
     return dataclasses.replace(config, block_q_dkv=chosen.q, block_kv_dkv=chosen.kv,
                                block_kv_dkv_compute=chosen.kv_compute)
+
+
+def seconds(heads: int, kv_heads: int, length: int, head_dim: int, on: roofline.Chip, *, backward_pass: bool = False,
+            backward: Blocks | None = None) -> float:
+    """Causal self-attention over `length` tokens (one sequence) by `cost`, at the blocks the package runs (upstream's
+    where they fit, `choose`) or the backward's `backward`: what the chip benchmark predicts."""
+    padded = cost.padded(length)
+    upstream = Blocks(*cost.blocks(padded, padded))
+
+    def at(kernel: str) -> Blocks:
+        return choose(kernel, upstream, padded, padded, head_dim, head_dim, heads, kv_heads, on)
+    args = (heads, kv_heads, length, length, head_dim)
+    total = cost.forward(*args, at=at("forward")).seconds(on)
+    if backward_pass:
+        total += cost.backward(*args, at=backward or at("backward")).seconds(on)
+    return total

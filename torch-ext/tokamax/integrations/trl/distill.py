@@ -4,15 +4,16 @@ editing TRL.
 TRL 1.16's trainer computes its loss in `_chunked_divergence_loss(student_hidden, teacher_hidden,
 student_lm_head.weight, teacher_lm_head.weight, ...)`, which calls `ChunkedDivergenceFunction.apply(...)`;
 both are names of `trl.trainer.distillation_trainer` looked up at each call. `install()` binds the first
-to a wrapper that notes, for the call's duration, whether the student's head weight is the weight of a
-head `serve(model)` registered (`use_fused_loss(student)`; the head module, not its weight, is kept:
-FSDP2 and accelerate may swap the parameter, never the module), and the second to `Dispatcher`, which
-runs `divergence.chunked_divergence` inside such a call and TRL's own function otherwise: every other
-student, and every call the kernel cannot serve, which says why once (`warnings.warn`). TRL's own code
-keeps everything around the function: the DTensor weights gathered once, the completion mask, the
-reduction by `num_items_in_batch` (gradient accumulation) or the valid tokens. The teacher needs nothing:
-any teacher with the student's vocabulary is served with it. A TRL whose function or loss has another
-signature is left alone, with a warning.
+to a wrapper that looks, at each call, whether the student's head weight is the weight of a head `serve(model)`
+registered (`use_fused_loss(student)`; the head module, not its weight, is kept: FSDP2 and accelerate may swap the
+parameter, never the module). For such a student the wrapper computes the loss itself
+(`distill_loss.chunked_divergence_loss`: TRL's contract, the loss's gradients made in the forward by the fused
+scheme), where the kernel can serve the call; otherwise it runs TRL's function, noting for the call's duration
+whether the student is served, and the second name is bound to `Dispatcher`, which runs
+`divergence.chunked_divergence` inside such a call and TRL's own function otherwise: every other student, and
+every call the kernel cannot serve, which says why once (`warnings.warn`). The teacher needs nothing: any teacher
+with the student's vocabulary is served with it. A TRL whose function or loss has another signature is left
+alone, with a warning.
 
 Where `trl.trainer.distillation_trainer` is not imported yet, `serve` puts a forward pre-hook on the model
 that binds the names at its first forward after that import (the student generates its completions before
@@ -31,7 +32,7 @@ from typing import Any
 
 import torch
 
-from . import divergence
+from . import distill_loss, divergence
 
 MODULE = "trl.trainer.distillation_trainer"
 FUNCTION = "ChunkedDivergenceFunction"
@@ -41,6 +42,9 @@ PARAMETERS = ("ctx", "student_hidden", "student_weight", "student_bias", "teache
               "teacher_bias", "beta", "temperature", "student_logit_scale", "student_final_logit_softcapping",
               "teacher_logit_scale", "teacher_final_logit_softcapping")
 LOSS_WEIGHT = "student_lm_head_weight"
+LOSS_PARAMETERS = tuple(inspect.signature(distill_loss.chunked_divergence_loss).parameters)
+"""TRL 1.16's `_chunked_divergence_loss` parameters: a loss with others keeps TRL's own code around the per-token
+function (`Dispatcher`)."""
 
 heads: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 """The output embeddings of the students `serve` registered."""
@@ -79,13 +83,34 @@ class Dispatcher:
         return getattr(self.original, name)
 
 
+def _served_call(bound: inspect.BoundArguments) -> str | None:
+    """Why the kernel cannot serve this loss's divergence (`divergence.unsupported` on the arguments the loss hands
+    `ChunkedDivergenceFunction`), or None."""
+    a = bound.arguments
+    return divergence.unsupported(
+        a["student_hidden_states"].reshape(-1, a["student_hidden_states"].size(-1)), a["student_lm_head_weight"],
+        a.get("student_lm_head_bias"), a["teacher_hidden_states"].reshape(-1, a["teacher_hidden_states"].size(-1)),
+        a["teacher_lm_head_weight"], a.get("teacher_lm_head_bias"), a["beta"], a.get("temperature", 1.0),
+        a.get("student_logit_scale", 1.0), a.get("student_final_logit_softcapping"),
+        a.get("teacher_logit_scale", 1.0), a.get("teacher_final_logit_softcapping"))
+
+
 def _noting(original: Any) -> Any:
-    position = list(inspect.signature(original).parameters).index(LOSS_WEIGHT)
+    signature = inspect.signature(original)
+    position = list(signature.parameters).index(LOSS_WEIGHT)
+    takes_over = tuple(signature.parameters) == LOSS_PARAMETERS
 
     @functools.wraps(original)
     def chunked_divergence_loss(*args: Any, **kwargs: Any) -> Any:
         weight = kwargs[LOSS_WEIGHT] if LOSS_WEIGHT in kwargs else args[position]
-        token = serving.set(any(head.weight is weight for head in list(heads)))
+        served = any(head.weight is weight for head in list(heads))
+        if served and takes_over:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            if _served_call(bound) is None:
+                calls["kernel"] += 1
+                return distill_loss.chunked_divergence_loss(**bound.arguments)
+        token = serving.set(served)  # the Dispatcher says why, once, and runs TRL's function
         try:
             return original(*args, **kwargs)
         finally:

@@ -42,14 +42,15 @@ def _call(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt:
 @chip_for_tracing()
 def _grads_jax(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array, bt: jax.Array | None,
                weights: jax.Array, beta: float, s_pre: float, s_tanh: bool, s_post: float, t_pre: float, t_tanh: bool,
-               t_post: float, chunk: int) -> tuple:
+               t_post: float, chunk: int
+               ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     return _call(xs, ws, bs, xt, wt, bt, weights, beta, s_pre, s_tanh, s_post, t_pre, t_tanh, t_post, chunk, True)
 
 
 @chip_for_tracing()
 def _grad_x_jax(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array, bt: jax.Array | None,
                 weights: jax.Array, beta: float, s_pre: float, s_tanh: bool, s_post: float, t_pre: float,
-                t_tanh: bool, t_post: float, chunk: int) -> tuple:
+                t_tanh: bool, t_post: float, chunk: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     return _call(xs, ws, bs, xt, wt, bt, weights, beta, s_pre, s_tanh, s_post, t_pre, t_tanh, t_post, chunk, False)
 
 
