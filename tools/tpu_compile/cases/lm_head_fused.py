@@ -5,7 +5,10 @@ at both, with XLA adding dW: three vocabulary-sized XLA matmuls, no kernel, XLA'
 both, with dW in the pair added by `lm_head.accumulate`'s kernel, the one kernel, in chunks of 1024: its low half in
 int8, the temporaries its own compiler assigns within an eighth of HBM), temporaries within its
 estimate as a compile-only topology lays them out (`fused.temporaries`: the accumulator, two chunks' logits and
-dx's chunks); elsewhere (v6e, where the chunks that fit its estimate lose to them) our three kernels."""
+dx's chunks); elsewhere (v6e, where the chunks that fit its estimate lose to them) our three kernels. And Gemma 3
+4B's head at the chip benchmark's 8,192 tokens (vocabulary 262,208, off the lanes: the chunk's [chunk, vocab] arrays
+made as their transposes, the accumulator kernel taking G so) on the v5e, in chunks of 768 with the rows left as one
+more chunk."""
 
 from __future__ import annotations
 
@@ -18,24 +21,27 @@ from ..case import Case, on_chips, spec
 from . import _models as m
 
 TOKENS, MODELS = 16384, (m.QWEN3_8B, m.LLAMA_3_8B)
-CHUNKED = {("v5e", 128256): 1, ("v5e", 151936): 1, ("v7x", 128256): 0, ("v7x", 151936): 0}
-"""(chip, vocab) where `fused.choose_scheme` takes the chunked scheme at this step: the kernels it runs (1: dW added
-by `lm_head.accumulate`'s)."""
+CHUNKED = {("v5e", 128256): 1, ("v5e", 151936): 1, ("v7x", 128256): 0, ("v7x", 151936): 0, ("v5e", 262208): 1}
+GEMMA_3_4B = m.Model("Gemma-3-4B", 2560, 262208, 8, 4, 256, 10240)
+GEMMA_TOKENS = 8192
+"""(chip, vocab) where `fused.choose_scheme` takes the chunked scheme at this step: the kernels it runs per part (1: dW
+added by `lm_head.accumulate`'s; the rows left after the whole chunks run it again)."""
 _PICKED: dict[tuple[str, int], tuple[Any, Any]] = {}
 """(the scheme, its `fused.cost`) per (chip, vocab), noted when the case is built (it has the kernel)."""
 
 
-def _build(chip: str, hidden: int, vocab: int) -> Any:
+def _build(chip: str, hidden: int, vocab: int, tokens: int = TOKENS) -> Any:
     def build(kernel: Any, mesh: Any) -> tuple[Any, list[jax.ShapeDtypeStruct]]:
         lm_head = kernel.lm_head
         with kernel.emulation.emulated_chip(chip):
             on = lm_head.cost.chip()
-        scheme = lm_head.fused.choose_scheme(TOKENS, hidden, vocab, 2, on)
+        scheme = lm_head.fused.choose_scheme(tokens, hidden, vocab, 2, on)
         # the compile-only topology's layout: the estimate without the chip's own (`fused.temporaries`)
         _PICKED[chip, vocab] = (scheme, scheme.chunk and lm_head.fused.cost(
-            TOKENS, hidden, vocab, 2, scheme.chunk, pair=scheme.pair, kernel=scheme.kernel, scaled=scheme.scaled))
-        specs = [spec(mesh, (TOKENS, hidden), jnp.bfloat16), spec(mesh, (vocab, hidden), jnp.bfloat16),
-                 spec(mesh, (TOKENS,), jnp.int32), spec(mesh, (TOKENS,), jnp.float32)]
+            tokens, hidden, vocab, 2, scheme.chunk, pair=scheme.pair, kernel=scheme.kernel, scaled=scheme.scaled),
+            tokens)
+        specs = [spec(mesh, (tokens, hidden), jnp.bfloat16), spec(mesh, (vocab, hidden), jnp.bfloat16),
+                 spec(mesh, (tokens,), jnp.int32), spec(mesh, (tokens,), jnp.float32)]
 
         def step(x: Any, w: Any, targets: Any, weights: Any) -> Any:
             return lm_head.fused.loss_and_grads(x, w, None, targets, weights, lm_head.IDENTITY)
@@ -45,27 +51,43 @@ def _build(chip: str, hidden: int, vocab: int) -> Any:
 
 def _check(chip: str, vocab: int) -> Any:
     def check(outcome: Any) -> None:
-        scheme, estimate = _PICKED[chip, vocab]
+        scheme, estimate, tokens = _PICKED[chip, vocab]
         chunk = scheme.chunk
         kernels, temp = outcome.hlo["tpu_custom_call"], outcome.memory["temp"]
         if (chip, vocab) not in CHUNKED:
             assert chunk is None and kernels == 3, f"{outcome.name}: {scheme}, {kernels} kernels; expected ours"
             return
-        assert chunk and kernels == CHUNKED[chip, vocab] == scheme.kernel, \
+        parts = 1 + bool(tokens % chunk and tokens > chunk)  # the scan's body, and the rows left's chunk
+        assert chunk and kernels == CHUNKED[chip, vocab] * parts and CHUNKED[chip, vocab] == scheme.kernel, \
             f"{outcome.name}: {scheme}, {kernels} kernels; expected the chunked scheme"
         small = 64 << 20  # the per-row vectors and the compiler's small buffers, which the estimate leaves out
         assert temp <= estimate.temp_bytes + small, f"{outcome.name}: {temp / 2**30:.3f} GiB of temporaries over " \
                                                     f"the estimate {estimate.temp_bytes / 2**30:.3f} GiB"
-        # three matmuls: XLA's own count, which takes the scan's body once (one chunk); its elementwise ops add
-        # tens of flops per logit against the matmuls' 6 x hidden (about 0.2% at hidden 4096)
-        per_chunk = estimate.flops * chunk // TOKENS
+        # three matmuls: XLA's own count, which takes the scan's body once (one chunk) and the rows left once; its
+        # elementwise ops add tens of flops per logit against the matmuls' 6 x hidden (about 0.3% at hidden 2560)
+        per_chunk = estimate.flops * outcome_rows(tokens, chunk) // computed_rows(tokens, chunk)
         assert per_chunk <= outcome.cost["flops"] <= 1.005 * per_chunk, \
             f"{outcome.name}: {outcome.cost['flops']:.4g} flops per chunk, three matmuls are {per_chunk:.4g}"
     return check
 
 
+def computed_rows(tokens: int, chunk: int) -> int:
+    """The rows the scheme computes: the whole chunks and the rows left padded (`fused.chunk_rows`)."""
+    whole, left = divmod(tokens, chunk)
+    return whole * chunk + -(-left // 16) * 16
+
+
+def outcome_rows(tokens: int, chunk: int) -> int:
+    """The rows XLA's flop count takes: the scan's body once, and the rows left's chunk."""
+    whole, left = divmod(tokens, chunk)
+    return (chunk if whole else 0) + -(-left // 16) * 16
+
+
 def cases() -> list[Case]:
-    out = []
+    out = [Case(f"lm_head_fused/step-{GEMMA_TOKENS}/{GEMMA_3_4B.name}/h{GEMMA_3_4B.hidden}-v{GEMMA_3_4B.vocab}/"
+                "loss+grads", "lm_head_fused", GEMMA_3_4B.name, "v5e",
+                _build("v5e", GEMMA_3_4B.hidden, GEMMA_3_4B.vocab, GEMMA_TOKENS), check=_check("v5e", GEMMA_3_4B.vocab),
+                xla_only=True)]
     for model in MODELS:
         out += on_chips(lambda chip, model=model: Case(
             f"lm_head_fused/step-{TOKENS}/{model.name}/h{model.hidden}-v{model.vocab}/loss+grads", "lm_head_fused",

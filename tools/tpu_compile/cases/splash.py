@@ -237,5 +237,49 @@ def _full(model: Model, length: int) -> Callable[..., Any]:
     return build
 
 
+HEAD_DIMS = {  # head dim -> (the shapes' source, query heads, KV heads, value head dim)
+    64: ("gpt-oss-120b, one chip of 8", 8, 1, 64),
+    128: ("Llama-3.1-8B", 32, 8, 128),
+    192: ("DeepSeek-V3 MLA, one chip of 8", 16, 16, 128),  # queries and keys of 192 (128 + RoPE 64), values of 128
+    256: ("Gemma-3-4B", 8, 4, 256),
+}
+HEAD_DIM_MASKS = {"causal": (None, None), "window-1024": ((1023, 0), None), "soft-cap-50": (None, 50.0)}
+"""Gemma 3's sliding window; Gemma 2's attention logit soft cap."""
+
+
+def _at_head_dim(head_dim: int, window: tuple[int, int] | None, soft_cap: float | None,
+                 backward: tuple[int, int, int] | None = None) -> Callable[..., Any]:
+    """`splash.attend` and its backward at 8,192 tokens (one sequence) with `HEAD_DIMS`' heads: the blocks
+    `splash.blocks` fits to the chip's scoped VMEM (upstream's 1024-token blocks ask 19.0 MiB of the v5e's 16 for
+    the backward at head dims 192 and 256)."""
+    _, heads, kv_heads, dim_v = HEAD_DIMS[head_dim]
+
+    def build(kernel: Any, mesh: Any) -> Any:
+        specs = [spec(mesh, (1, heads, 8 * K, head_dim), BF16), spec(mesh, (1, kv_heads, 8 * K, head_dim), BF16),
+                 spec(mesh, (1, kv_heads, 8 * K, dim_v), BF16)]
+        mask = kernel.splash.MaskSpec.of(True, window)
+
+        asked = None if backward is None else kernel.splash.Blocks(*backward)
+
+        def forward(q: Any, k: Any, v: Any) -> Any:
+            return kernel.splash.attend(q, k, v, None, None, None, spec=mask, soft_cap=soft_cap, backward_blocks=asked)
+        return jax.grad(_loss(forward), argnums=(0, 1, 2)), specs
+    return build
+
+
+def _head_dims() -> list[Case]:
+    """Every head dim of `HEAD_DIMS` with every mask of `HEAD_DIM_MASKS`, forward and backward, on each chip."""
+    out = []
+    for head_dim, (model, *_) in HEAD_DIMS.items():
+        for kind, (window, cap) in HEAD_DIM_MASKS.items():
+            out += on_chips(lambda chip, d=head_dim, m=model, k=kind, w=window, c=cap: Case(
+                f"splash/attend/head-dim-{d}/{k}/8k/fwd+bwd", "splash", m, chip, _at_head_dim(d, w, c)))
+    # upstream's backward blocks asked for at head dim 256 on the v5e: refused by the kernel, before libtpu
+    out.append(Case("splash/attend/head-dim-256/causal/8k/upstream-backward-blocks", "splash", HEAD_DIMS[256][0],
+                    "v5e", _at_head_dim(256, None, None, (1024, 1024, 512)),
+                    expect="tokamax splash attention: backward blocks (1024, 1024, 512) at head dim 256 need"))
+    return out
+
+
 def cases() -> list[Case]:
-    return _training() + _cache_steps() + _public_op() + _smem_bound()
+    return _training() + _cache_steps() + _public_op() + _smem_bound() + _head_dims()

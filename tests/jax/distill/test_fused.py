@@ -1,0 +1,128 @@
+"""`tokamax.distill.loss` and its fused scheme (`distill.fused`: the weighted sum of the per-token divergences as a
+step's loss, its gradients made in the forward, chunk by chunk) against float64 JAX from the definitions
+(`reference`): the loss, the per-token divergence and entropy, and the student's gradients at beta 0, 0.5 and 1,
+with biases, scales, soft caps and a temperature; weights of zero (masked tokens) and any values; rows (37) past
+the whole chunks (16 here: two whole chunks and 5 rows, run as 16). float32 within 4x float32's own error
+(`reference.tolerances`), bf16 (the accumulator kernel adding dw in the pair, its low half int8) within the
+roundings the scheme makes. Then a frozen head (dw not made), per-token cotangents refused, the per-token
+fallback, and the rule `choose` follows."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from .reference import reference, tolerances
+from .test_kernels import SETTINGS, assert_within, operands
+
+ROWS, HIDDEN_S, HIDDEN_T, VOCAB = 37, 64, 96, 1000
+BF16 = 2.0 ** -9
+
+
+def _weights(rows: int, seed: int) -> np.ndarray:
+    r = np.random.default_rng(seed)
+    w = r.uniform(0.1, 1.0, rows).astype(np.float32)
+    w[::4] = 0.0  # masked tokens
+    return w
+
+
+def run(distill, emulation, ops: tuple, options: dict, weights: np.ndarray, chunk: object = 16):  # noqa: ANN001, ANN201
+    """(loss, divergence, entropy, (dx, dw, db)) of `distill.loss`."""
+    xs, ws, bs, xt, wt, bt = ops
+    bias = np.zeros(ws.shape[0], np.float32) if bs is None else bs
+
+    def loss(xs, ws, b):  # noqa: ANN001, ANN202
+        total, div, ent = distill.loss(xs, ws, None if bs is None else b, xt, wt, bt, jnp.asarray(weights),
+                                       chunk=chunk, **options)
+        return total, (div, ent)
+
+    with emulation.interpret_on_cpu("v6e"):
+        (total, (div, ent)), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(
+            xs, ws, bias)
+    return float(total), np.asarray(div), np.asarray(ent), tuple(np.asarray(g) for g in grads)
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("beta", [0.0, pytest.param(0.5, marks=pytest.mark.kernels_ci), 1.0])
+def test_the_loss_and_its_gradients_match_float64(kernel, emulation, beta, setting):
+    ops = operands(ROWS, HIDDEN_S, HIDDEN_T, VOCAB, seed=int(beta * 10) + len(setting), bias=setting != "plain")
+    options = dict(beta=beta, **SETTINGS[setting])
+    weights = _weights(ROWS, seed=3)
+    total, div, ent, grads = run(kernel.distill, emulation, ops, options, weights)
+    want_div, want_ent, want_grads = reference(ops, options, weights, np.zeros(ROWS, np.float32))
+    bounds = tolerances(ops, options, weights, np.zeros(ROWS, np.float32))
+    assert div.dtype == ent.dtype == np.float32 and div.shape == (ROWS,)
+    assert_within("loss", np.float64(total), (weights.astype(np.float64) * want_div).sum(), ROWS * bounds[0])
+    for name, got, want, bound in zip(("divergence", "entropy", "dx", "dw", "db"), (div, ent, *grads),
+                                      (want_div, want_ent, *want_grads), bounds, strict=True):
+        if name == "db" and ops[2] is None:
+            assert not got.any()
+            continue
+        assert_within(name, got, want, bound)
+    assert not grads[0][::4].any()  # a masked token's hidden state gets no gradient
+
+
+@pytest.mark.kernels_ci
+def test_bf16_takes_the_accumulator_kernel_within_the_schemes_roundings(kernel, emulation, monkeypatch):
+    """bf16 operands: dw added by `lm_head.accumulate`'s kernel into the pair (its low half int8), traced once per
+    part (the whole chunks' scan and the rows left), against the same call in float32: G is rounded once to bf16
+    (TRL's one rounding), the operands are bf16, so each gradient within a few bf16 roundings of its magnitude."""
+    accumulate = kernel.lm_head.accumulate
+    calls: list[int] = []
+    real = accumulate.into
+    monkeypatch.setattr(accumulate, "into", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ops = operands(ROWS, 128, 256, 1280, seed=5)
+    options = dict(beta=0.5, temperature=0.9)
+    weights = _weights(ROWS, seed=4)
+    bf16 = tuple(None if a is None or a.ndim == 1 else np.asarray(jnp.asarray(a, jnp.bfloat16)) for a in ops)
+    bf16 = (bf16[0], bf16[1], ops[2], bf16[3], bf16[4], ops[5])
+    total, div, ent, grads = run(kernel.distill, emulation, bf16, options, weights)
+    assert len(calls) == 2, calls
+    as32 = tuple(None if a is None else np.asarray(a, np.float32) for a in bf16)
+    total32, div32, ent32, grads32 = run(kernel.distill, emulation, as32, options, weights)
+    assert abs(total - total32) <= 4 * BF16 * abs(total32)
+    for name, got, want in zip(("dx", "dw", "db"), grads, grads32, strict=True):
+        got = np.asarray(got, np.float32)
+        assert np.abs(got - want).max() <= 8 * BF16 * np.abs(want).max(), name
+
+
+@pytest.mark.kernels_ci
+def test_a_frozen_head_makes_dx_alone_and_per_token_cotangents_are_refused(kernel, emulation, monkeypatch):
+    distill = kernel.distill
+    made: list[bool] = []
+    real = distill.fused.loss_and_grads
+    monkeypatch.setattr(distill.fused, "loss_and_grads",
+                        lambda *a, weight_grad=True, **k: made.append(weight_grad) or real(*a, weight_grad=weight_grad,
+                                                                                          **k))
+    xs, ws, bs, xt, wt, bt = operands(ROWS, HIDDEN_S, HIDDEN_T, VOCAB, seed=1)
+    weights = jnp.asarray(_weights(ROWS, seed=2))
+    with emulation.interpret_on_cpu("v6e"):
+        dx = jax.grad(lambda xs: distill.loss(xs, ws, bs, xt, wt, bt, weights, beta=0.0, chunk=16)[0])(xs)
+        assert made == [False] and dx.shape == xs.shape  # LoRA's frozen head: dw's matmul not made
+        want = jax.grad(lambda xs: distill.loss(xs, ws, bs, xt, wt, bt, weights, beta=0.0, chunk=None)[0])(xs)
+        np.testing.assert_allclose(np.asarray(dx), np.asarray(want), rtol=1e-4, atol=1e-6)  # the per-token call
+        with pytest.raises(ValueError, match=r"tokamax distill.loss: a gradient through the per-token divergence"):
+            jax.grad(lambda xs: distill.loss(xs, ws, bs, xt, wt, bt, weights, beta=0.0, chunk=16)[1].sum())(xs)
+        with pytest.raises(ValueError, match=r"tokamax distill: weights must be \[rows\] \(37\)"):
+            distill.loss(xs, ws, bs, xt, wt, bt, weights[:5], beta=0.0)
+        with pytest.raises(ValueError, match=r"tokamax distill: chunk must be \"auto\", a number of rows or None"):
+            distill.loss(xs, ws, bs, xt, wt, bt, weights, beta=0.0, chunk=0)
+
+
+@pytest.mark.kernels_ci
+def test_the_rule_takes_the_largest_fitting_chunk_of_least_modelled_time(kernel, emulation):
+    """At the chip benchmark's shapes on the v5e (student 896, teacher 3584, vocabulary 151,936: 8,192 and 16,384
+    rows; Qwen3 1.7B from 8B at 4,096) the fused scheme takes chunks of 768 (measured 127.3 and 253.2 ms against
+    XLA's 121.1 at 8,192 rows and nothing at 16,384, where XLA's logits outgrow the chip; 101.4 against 91.8 at the
+    JSD's 4,096), within an eighth of HBM; a student accumulator past the share takes none (the per-token call)."""
+    fused, sizes = kernel.distill.fused, kernel.distill.blocks.Sizes
+    with emulation.emulated_chip("v5e"):
+        on = kernel.roofline.chip()
+    for rows, hs, ht in ((8192, 896, 3584), (16384, 896, 3584), (4096, 2048, 4096)):
+        s = sizes(rows, hs, ht, 151936)
+        chunk = fused.choose(s, on)
+        assert chunk == 768, (rows, chunk)
+        assert fused.cost(s, chunk).temp_bytes + fused.SMALL_BUFFERS <= on.hbm // fused.HBM_SHARE
+    assert fused.choose(sizes(8192, 16384, 4096, 151936), on) is None

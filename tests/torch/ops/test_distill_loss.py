@@ -1,0 +1,103 @@
+"""The Torch distillation loss (`distillation_loss`: the weighted sum of the per-token divergences, its gradients
+made in the forward by the fused scheme): the loss, the per-token divergence and entropy and the student's
+gradients against float64 Torch on CPU tensors (interpret mode), soft caps, scales, a temperature, masked tokens,
+rows past the whole chunks, for beta 0, 0.5 and 1, and by the per-token op (`chunk=0`); the loss's cotangent
+scales the gradients (no backward kernel); a frozen head (dx alone); fakes against JAX shapes and autograd on
+meta tensors; bad calls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from . import checks
+from .test_distill import OPTIONS, ROWS, VOCAB, _bf16, _log_probs, _operands
+
+
+def _weights() -> torch.Tensor:
+    w = checks.randn(ROWS, seed=47).abs()
+    w[::3] = 0.0  # masked tokens
+    return w / w.sum()
+
+
+def _want(xs, ws, bs, xt, wt, weights, beta):  # noqa: ANN001, ANN202
+    """float64 (loss, divergence, entropy) and the student's leaves."""
+    xs64, ws64, bs64 = (t.detach().double().requires_grad_() for t in (xs, ws, bs))
+    lps = _log_probs(xs64, ws64, bs64, 1.5, 3.0)
+    lpt = _log_probs(xt.double(), wt.double(), None, 0.8, 5.0)
+    ps, pt = lps.exp(), lpt.exp()
+    if beta == 0.0:
+        div = (pt * (lpt - lps)).sum(-1)
+    elif beta == 1.0:
+        div = (ps * (lps - lpt)).sum(-1)
+    else:
+        lm = torch.logaddexp(lps + torch.log1p(torch.tensor(-beta)), lpt + torch.log(torch.tensor(beta)))
+        div = beta * (pt * (lpt - lm)).sum(-1) + (1 - beta) * (ps * (lps - lm)).sum(-1)
+    return (weights.double() * div).sum(), div, -(ps * lps).sum(-1), (xs64, ws64, bs64)
+
+
+@pytest.mark.parametrize("chunk", [0, 16, None], ids=["per-token", "fused-16", "fused-auto"])
+@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
+def test_the_loss_and_its_gradients_match_float64(ops, beta, chunk):
+    """70 rows: in chunks of 16, four whole chunks and 6 rows; by the package's chunk (one chunk of the rows)."""
+    xs, ws, bs, xt, wt, bt = _operands()
+    weights = _weights()
+    loss, div, ent = ops.distillation_loss(xs, ws, bs, xt, wt, bt, weights, beta=beta, chunk=chunk, **OPTIONS)
+    assert loss.shape == () and not div.requires_grad and not ent.requires_grad
+    (2.5 * loss).backward()  # the loss's cotangent scales the gradients made in the forward
+    want, want_div, want_ent, leaves = _want(xs, ws, bs, xt, wt, weights, beta)
+    (2.5 * want).backward()
+    torch.testing.assert_close(loss.double(), want.detach(), rtol=2e-5, atol=2e-7)
+    torch.testing.assert_close(div.double(), want_div.detach(), rtol=2e-5, atol=2e-6)
+    torch.testing.assert_close(ent.double(), want_ent.detach(), rtol=2e-5, atol=2e-6)
+    for name, got, ref in zip(("dx", "dw", "db"), (xs, ws, bs), leaves, strict=True):
+        torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-7, msg=lambda m, n=name: f"{n}: {m}")
+    assert not xs.grad[::3].any()  # a masked token's hidden state gets none
+
+
+def test_a_frozen_head_gives_dx_alone(ops):
+    xs, ws, bs, xt, wt, bt = _operands()
+    grads = []
+    for frozen in (False, True):
+        x, w, b = (t.detach().clone().requires_grad_(t is xs or not frozen) for t in (xs, ws, bs))
+        with checks.OpsSeen() as probe:
+            loss, _, _ = ops.distillation_loss(x, w, b, xt, wt, bt, _weights(), beta=0.5, chunk=16, **OPTIONS)
+            loss.backward()
+        assert probe.seen["distill_loss_grad_x" if frozen else "distill_loss_grads"] == 1, probe.seen
+        assert (w.grad is None) == frozen and (b.grad is None) == frozen
+        grads.append(x.grad)
+    torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
+
+
+@pytest.mark.kernels_ci
+def test_fakes_match_jax_shapes_and_autograd_on_meta(ops):
+    loss = checks.family(ops, "distill").loss
+    operands, weights = _bf16(200), torch.zeros(200)
+    setting = (0.5, 1.0, True, 30.0, 1.0, False, 1.0)
+    checks.fake_matches_jax(ops, ops.distill_loss_grads_op, loss._grads_jax, *operands, weights, *setting, 64)
+    checks.fake_matches_jax(ops, ops.distill_loss_grad_x_op, loss._grad_x_jax, *operands, weights, *setting, 64)
+    xs, ws, _, xt, wt, _ = _bf16(200, "meta")
+    xs, ws, xt, wt = (t.requires_grad_() for t in (xs, ws, xt, wt))
+    bs = torch.zeros(384, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    total, div, ent = ops.distillation_loss(xs, ws, bs, xt, wt, None, torch.zeros(200, device="meta"), beta=1.0,
+                                            chunk=64)
+    assert total.requires_grad and not div.requires_grad and not ent.requires_grad
+    total.backward()
+    for t in (xs, ws, bs):
+        assert (t.grad.shape, t.grad.dtype) == (t.shape, t.dtype)
+    assert xt.grad is None and wt.grad is None
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(("change", "message"), [
+    (dict(weights=torch.zeros(ROWS - 1)), r"tokamax distillation_loss: weights must be a float tensor of \[rows\]"),
+    (dict(weights=torch.zeros(ROWS, dtype=torch.int32)), r"weights must be a float tensor"),
+    (dict(chunk=-1), r"tokamax distillation_loss: chunk must be an int >= 0"),
+    (dict(beta=1.5), r"tokamax distillation_divergence: beta must be a number in \[0, 1\]"),
+])
+def test_bad_calls_fail_naming_the_argument(ops, change, message):
+    xs, ws, bs, xt, wt, bt = _operands()
+    kwargs = dict(weights=_weights(), beta=0.5, chunk=16) | change
+    with pytest.raises(ValueError, match=message):
+        ops.distillation_loss(xs, ws, bs, xt, wt, bt, kwargs.pop("weights"), **kwargs)
+    assert VOCAB == ws.shape[0]
