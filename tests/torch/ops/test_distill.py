@@ -33,6 +33,18 @@ def _log_probs(x, w, b, scale, cap):  # noqa: ANN001, ANN202
     return torch.log_softmax(cap * torch.tanh(z / cap) / OPTIONS["temperature"], -1)
 
 
+def divergence64(lps: torch.Tensor, lpt: torch.Tensor, beta: float) -> torch.Tensor:
+    """Per row, from both models' log-probabilities: KL(p_t || p_s) at beta 0, KL(p_s || p_t) at 1, else the
+    generalized JSD."""
+    ps, pt = lps.exp(), lpt.exp()
+    if beta == 0.0:
+        return (pt * (lpt - lps)).sum(-1)
+    if beta == 1.0:
+        return (ps * (lps - lpt)).sum(-1)
+    lm = torch.logaddexp(lps + torch.log1p(torch.tensor(-beta)), lpt + torch.log(torch.tensor(beta)))
+    return beta * (pt * (lpt - lm)).sum(-1) + (1 - beta) * (ps * (lps - lm)).sum(-1)
+
+
 @pytest.mark.parametrize("chunk", [0, 16], ids=["kernels", "stored"])
 @pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
 def test_divergence_entropy_and_gradients_match_float64(ops, beta, chunk):
@@ -46,14 +58,8 @@ def test_divergence_entropy_and_gradients_match_float64(ops, beta, chunk):
     xs64, ws64, bs64 = (t.detach().double().requires_grad_() for t in (xs, ws, bs))
     lps = _log_probs(xs64, ws64, bs64, 1.5, 3.0)
     lpt = _log_probs(xt.double(), wt.double(), None, 0.8, 5.0)
-    ps, pt = lps.exp(), lpt.exp()
-    if beta == 0.0:
-        want = (pt * (lpt - lps)).sum(-1)
-    elif beta == 1.0:
-        want = (ps * (lps - lpt)).sum(-1)
-    else:
-        lm = torch.logaddexp(lps + torch.log1p(torch.tensor(-beta)), lpt + torch.log(torch.tensor(beta)))
-        want = beta * (pt * (lpt - lm)).sum(-1) + (1 - beta) * (ps * (lps - lm)).sum(-1)
+    ps = lps.exp()
+    want = divergence64(lps, lpt, beta)
     (g.double() * want).sum().backward()
     # float32 logits of O(3) summed over 300 columns: ~1e-6 relative; the gradients sum 300 columns or 70 rows
     torch.testing.assert_close(div.double(), want.detach(), rtol=2e-5, atol=2e-6)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from . import checks
-from .test_distill import OPTIONS, ROWS, VOCAB, _bf16, _log_probs, _operands
+from .test_distill import OPTIONS, ROWS, VOCAB, _bf16, _log_probs, _operands, divergence64
 
 
 def _weights() -> torch.Tensor:
@@ -25,14 +25,8 @@ def _want(xs, ws, bs, xt, wt, weights, beta):  # noqa: ANN001, ANN202
     xs64, ws64, bs64 = (t.detach().double().requires_grad_() for t in (xs, ws, bs))
     lps = _log_probs(xs64, ws64, bs64, 1.5, 3.0)
     lpt = _log_probs(xt.double(), wt.double(), None, 0.8, 5.0)
-    ps, pt = lps.exp(), lpt.exp()
-    if beta == 0.0:
-        div = (pt * (lpt - lps)).sum(-1)
-    elif beta == 1.0:
-        div = (ps * (lps - lpt)).sum(-1)
-    else:
-        lm = torch.logaddexp(lps + torch.log1p(torch.tensor(-beta)), lpt + torch.log(torch.tensor(beta)))
-        div = beta * (pt * (lpt - lm)).sum(-1) + (1 - beta) * (ps * (lps - lm)).sum(-1)
+    ps = lps.exp()
+    div = divergence64(lps, lpt, beta)
     return (weights.double() * div).sum(), div, -(ps * lps).sum(-1), (xs64, ws64, bs64)
 
 

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 
 from ..models import DISTILL_LOSS
-from . import Workload, normal, with_grads
-from .lm_head import xla_jsd, xla_kl
+from . import Workload, with_grads
+from .lm_head import distill_args, xla_jsd, xla_kl
 
 KINDS = {0.0: "forward KL", 1.0: "reverse KL", 0.5: "JSD, beta 0.5"}
 CHUNKS = (512, 768, 1024)  # the fused scheme at fixed chunks, beside the package's own choice
@@ -63,9 +63,7 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
                 f"{d.teacher_hidden}, vocabulary {d.vocab}")
 
         def make(d=d) -> tuple:  # noqa: ANN001
-            hs, ht = d.student_hidden, d.teacher_hidden
-            return (normal(1, (d.rows, hs)), normal(2, (d.vocab, hs), scale=hs ** -0.5),
-                    normal(3, (d.rows, ht)), normal(4, (d.vocab, ht), scale=ht ** -0.5))
+            return distill_args(d)
 
         flops = 2 * d.rows * d.vocab * (d.student_hidden + d.teacher_hidden) + 4 * d.rows * d.vocab * d.student_hidden
         impls = {"tokamax (loss)": fused(beta), **{f"tokamax (loss, chunks of {c})": fused(beta, c) for c in CHUNKS},

@@ -46,6 +46,13 @@ def xla_kl(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array, beta: flo
     return (jnp.exp(first) * (first - second)).sum()
 
 
+def distill_args(d: object) -> tuple:
+    """A distillation shape's operands: the student's hidden states and weight, the teacher's."""
+    hs, ht = d.student_hidden, d.teacher_hidden
+    return (normal(1, (d.rows, hs)), normal(2, (d.vocab, hs), scale=hs ** -0.5),
+            normal(3, (d.rows, ht)), normal(4, (d.vocab, ht), scale=ht ** -0.5))
+
+
 def _head_args(rows: int, hidden: int, vocab: int) -> tuple:
     t = jax.random.randint(jax.random.key(3), (rows,), 0, vocab, jnp.int32)
     return normal(1, (rows, hidden)), normal(2, (vocab, hidden), scale=hidden ** -0.5), t
@@ -141,9 +148,7 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
                 f"vocabulary {d.vocab}")
 
         def make(d=d) -> tuple:  # noqa: ANN001
-            hs, ht = d.student_hidden, d.teacher_hidden
-            return (normal(1, (d.rows, hs)), normal(2, (d.vocab, hs), scale=hs ** -0.5),
-                    normal(3, (d.rows, ht)), normal(4, (d.vocab, ht), scale=ht ** -0.5))
+            return distill_args(d)
 
         fwd = 2 * d.rows * d.vocab * (d.student_hidden + d.teacher_hidden)
         bwd = 4 * d.rows * d.vocab * d.student_hidden  # dx and dw of the student (the logits counted once)

@@ -129,29 +129,33 @@ def _check_asked(kernel: str, asked: Blocks, q_len: int, kv_len: int, head_dim: 
     return asked
 
 
+FIELDS = {"forward": ("block_q", "block_kv", "block_kv_compute"),
+          "backward": ("block_q_dkv", "block_kv_dkv", "block_kv_dkv_compute")}
+"""Each kernel's blocks in upstream's Op configs (the forward Op's and its VJP Op's)."""
+
+
+def _fitted(kernel: str, config: Any, q_len: int, kv_len: int, head_dim: int, head_dim_v: int, heads: int,
+            kv_heads: int, segments: bool, asked: Blocks | None) -> Any:
+    on = roofline.chip()
+    q, kv, compute = (getattr(config, f) for f in FIELDS[kernel])
+    upstream = Blocks(q, kv, compute or kv)
+    chosen = (_check_asked(kernel, asked, q_len, kv_len, head_dim, head_dim_v, on, segments) if asked is not None
+              else choose(kernel, upstream, q_len, kv_len, head_dim, head_dim_v, heads, kv_heads, on, segments))
+    if chosen == upstream:
+        return config
+    return dataclasses.replace(config, **dict(zip(FIELDS[kernel], chosen, strict=True)))
+
+
 def fitted_forward(config: Any, q_len: int, kv_len: int, head_dim: int, head_dim_v: int, heads: int, kv_heads: int,
                    segments: bool = False, asked: Blocks | None = None) -> Any:
     """Upstream's forward Op config with its blocks `asked` (checked) or chosen (`choose`) on the chip traced for."""
-    on = roofline.chip()
-    upstream = Blocks(config.block_q, config.block_kv, config.block_kv_compute or config.block_kv)
-    chosen = (_check_asked("forward", asked, q_len, kv_len, head_dim, head_dim_v, on, segments) if asked is not None
-              else choose("forward", upstream, q_len, kv_len, head_dim, head_dim_v, heads, kv_heads, on, segments))
-    if chosen == upstream:
-        return config
-    return dataclasses.replace(config, block_q=chosen.q, block_kv=chosen.kv, block_kv_compute=chosen.kv_compute)
+    return _fitted("forward", config, q_len, kv_len, head_dim, head_dim_v, heads, kv_heads, segments, asked)
 
 
 def fitted_backward(config: Any, q_len: int, kv_len: int, head_dim: int, head_dim_v: int, heads: int, kv_heads: int,
                     segments: bool = False, asked: Blocks | None = None) -> Any:
     """Upstream's VJP Op config with its blocks `asked` (checked) or chosen (`choose`) on the chip traced for."""
-    on = roofline.chip()
-    upstream = Blocks(config.block_q_dkv, config.block_kv_dkv, config.block_kv_dkv_compute or config.block_kv_dkv)
-    chosen = (_check_asked("backward", asked, q_len, kv_len, head_dim, head_dim_v, on, segments) if asked is not None
-              else choose("backward", upstream, q_len, kv_len, head_dim, head_dim_v, heads, kv_heads, on, segments))
-    if chosen == upstream:
-        return config
-    return dataclasses.replace(config, block_q_dkv=chosen.q, block_kv_dkv=chosen.kv,
-                               block_kv_dkv_compute=chosen.kv_compute)
+    return _fitted("backward", config, q_len, kv_len, head_dim, head_dim_v, heads, kv_heads, segments, asked)
 
 
 def seconds(heads: int, kv_heads: int, length: int, head_dim: int, on: roofline.Chip, *, backward_pass: bool = False,

@@ -12,12 +12,11 @@ chip the ops are traced for, 0 where the fused scheme's accumulator does not fit
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import torch
 
 from ... import distill, roofline
+from .. import _forward_grads
 from .._bridge import chip_for_tracing, register
 from .api import check, distillation_divergence
 from .custom_ops import _setting
@@ -78,33 +77,8 @@ def _grad_x_fake(xs: torch.Tensor, ws: torch.Tensor, bs: torch.Tensor | None, xt
     return _rows_out(xs)
 
 
-def _setup(ctx: Any, inputs: tuple, output: tuple) -> None:
-    ctx.save_for_backward(*output[3:])
-    ctx.bias_dtype = None if inputs[2] is None else inputs[2].dtype
-    ctx.statics = len(inputs) - 3
-    ctx.mark_non_differentiable(*output[1:])
-
-
-def _scaled(ctx: Any, d_loss: torch.Tensor | None) -> list[torch.Tensor | None]:
-    saved = list(ctx.saved_tensors)
-    if d_loss is None:
-        return [None] * len(saved)
-    scale = d_loss.to(torch.float32).reshape(())
-    return [(g.to(torch.float32) * scale).to(g.dtype) for g in saved]
-
-
-def _grads_backward(ctx: Any, d_loss: torch.Tensor | None, *_: Any) -> tuple:
-    dx, dw, db = _scaled(ctx, d_loss)
-    db = None if ctx.bias_dtype is None or db is None else db.to(ctx.bias_dtype)
-    return dx, dw, db, *(None,) * ctx.statics
-
-
-def _grad_x_backward(ctx: Any, d_loss: torch.Tensor | None, *_: Any) -> tuple:
-    return _scaled(ctx, d_loss)[0], *(None,) * (2 + ctx.statics)
-
-
-distill_loss_grads_op.register_autograd(_grads_backward, setup_context=_setup)
-distill_loss_grad_x_op.register_autograd(_grad_x_backward, setup_context=_setup)
+_forward_grads.register(distill_loss_grads_op, 3, 3)
+_forward_grads.register(distill_loss_grad_x_op, 3, 1)
 
 
 @chip_for_tracing()

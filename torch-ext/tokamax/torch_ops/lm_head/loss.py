@@ -10,12 +10,11 @@ the chunked one at that many rows, or 0 for our kernels; `loss_chunk` gives what
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import torch
 
 from ... import lm_head
+from .. import _forward_grads
 from .._bridge import chip_for_tracing, register
 from ..linear_softmax_cross_entropy.labels import refuse
 
@@ -65,32 +64,8 @@ def _grad_x_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, targe
     return x.new_empty((1,), dtype=torch.float32), torch.empty_like(x)
 
 
-def _setup(ctx: Any, inputs: tuple, output: tuple) -> None:
-    ctx.save_for_backward(*output[1:])
-    ctx.bias_dtype = None if inputs[2] is None else inputs[2].dtype
-    ctx.mark_non_differentiable(*output[1:])
-
-
-def _scaled(ctx: Any, d_loss: torch.Tensor | None) -> list[torch.Tensor | None]:
-    saved = list(ctx.saved_tensors)
-    if d_loss is None:
-        return [None] * len(saved)
-    scale = d_loss.to(torch.float32).reshape(())
-    return [(g.to(torch.float32) * scale).to(g.dtype) for g in saved]
-
-
-def _grads_backward(ctx: Any, d_loss: torch.Tensor | None, *_: Any) -> tuple:
-    dx, dw, db = _scaled(ctx, d_loss)
-    db = None if ctx.bias_dtype is None or db is None else db.to(ctx.bias_dtype)
-    return dx, dw, db, *(None,) * 8
-
-
-def _grad_x_backward(ctx: Any, d_loss: torch.Tensor | None, *_: Any) -> tuple:
-    return _scaled(ctx, d_loss)[0], *(None,) * 10
-
-
-lm_head_loss_grads_op.register_autograd(_grads_backward, setup_context=_setup)
-lm_head_loss_grad_x_op.register_autograd(_grad_x_backward, setup_context=_setup)
+_forward_grads.register(lm_head_loss_grads_op, 1, 3)
+_forward_grads.register(lm_head_loss_grad_x_op, 1, 1)
 
 
 @chip_for_tracing()
