@@ -228,8 +228,10 @@ def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
     costs = plan.costs(hidden, vocab, itemsize)
     kernels = sum(c.seconds(chip) for name, c in costs.items() if weight_grad or name != "backward_w")
     chunks = sorted({*CHUNKS, *KERNEL_CHUNKS}, reverse=True)
-    best = _fastest([c for chunk in chunks for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad)
-                     if chunk <= round_up(rows, (KERNEL_CHUNKS if c.kernel else CHUNKS)[-1])], chip)
+    # chunks no larger than the rows (the rows left past the whole chunks run as one more): a call of fewer rows
+    # than the smallest chunk takes the kernels
+    best = _fastest([c for chunk in chunks if chunk <= rows
+                     for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad)], chip)
     if best is None or best.seconds(chip) >= kernels:
         return Scheme(None)
     return Scheme(best.chunk, best.kernel, best.pair, best.scaled)
