@@ -69,9 +69,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/chip"))
     parser.add_argument("--commit", default=os.environ.get("TOKAMAX_COMMIT", "unknown"))
     parser.add_argument("--only", default="", help="bench: comma-separated workload modules "
-                        "(attention,moe,lm_head,lm_head_statistics,distill); check: families (models and the JAX "
+                        "(step,attention,moe,lm_head,lm_head_statistics,distill); check: families (models and the JAX "
                         "tier's case families: check.families()); "
-                        "tune: expert shapes (models.EXPERTS' model names)")
+                        "tune: expert shapes (models.EXPERTS' model names); sweep: \"uneven\" for models.IMBALANCED")
     parser.add_argument("--impl", default="", help="bench: only the workloads of these impls (separated by commas "
                         "without a space, e.g. tokamax,xla: the package's own choice beside XLA's; a name's own "
                         "', ' stays in it)")
@@ -109,10 +109,11 @@ def main(argv: list[str]) -> int:
             lm_head_statistics_columns,
             lm_head_vocab,
             moe,
+            step,
         )
 
-        chosen = {"attention": attention, "moe": moe, "lm_head": lm_head, "lm_head_statistics": lm_head_statistics,
-                  "distill": distill}
+        chosen = {"step": step, "attention": attention, "moe": moe, "lm_head": lm_head,
+                  "lm_head_statistics": lm_head_statistics, "distill": distill}
         extra = {"lm_head_columns": lm_head_columns,  # run when named only
                  "lm_head_statistics_columns": lm_head_statistics_columns, "lm_head_vocab": lm_head_vocab}
         names = [n for n in args.only.split(",") if n] or list(chosen)
@@ -142,7 +143,7 @@ def main(argv: list[str]) -> int:
             out.add(r)
 
         start = time.perf_counter()
-        run(sweep.workloads(tk), record, jobs=args.jobs, runs=min(args.runs, 5), warmup=1)
+        run(sweep.workloads(tk, uneven=args.only == "uneven"), record, jobs=args.jobs, runs=min(args.runs, 5), warmup=1)
         print(f"sweep: {time.perf_counter() - start:.0f} s", flush=True)
     return int(status)
 

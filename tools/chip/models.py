@@ -52,6 +52,14 @@ EXPERTS = (
     Experts("DeepSeek-V3, one chip's 8 experts", 8192, 7168, 2048, 8),  # 256 experts over 32 chips
 )
 
+IMBALANCED = (  # routed rows spread unevenly over the experts (`ROUTING_SKEW`)
+    Experts("Qwen3-235B-A22B, uneven routing", 65536, 4096, 1536, 128),  # 8192 tokens, top-8: gate (or up)
+    Experts("gpt-oss-120b, uneven routing", 32768, 2880, 5760, 128),  # 8192 tokens, top-4: the fused gate-up
+)
+ROUTING_SKEW = 1.0
+"""`IMBALANCED`'s experts take rows in proportion to exp(ROUTING_SKEW x N(0, 1)) (a log-normal load): at 65,536 rows
+over 128 experts the busiest takes 4.7x the mean and the least 0.04x (seed 0)."""
+
 HEADS = (
     Head("Llama 3 8B", 8192, 4096, 128256),
     Head("Qwen3 8B", 16384, 4096, 151936),

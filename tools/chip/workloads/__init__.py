@@ -41,9 +41,12 @@ def normal(seed: int, shape: tuple[int, ...], dtype: Any = jnp.bfloat16, scale: 
     return (jax.random.normal(jax.random.key(seed), shape, jnp.float32) * scale).astype(dtype)
 
 
-def group_sizes(rows: int, groups: int, seed: int = 0) -> jax.Array:
-    """Routed rows per expert as a router spreads them: multinomial over equal probabilities."""
-    return jnp.asarray(np.random.default_rng(seed).multinomial(rows, np.full(groups, 1.0 / groups)), jnp.int32)
+def group_sizes(rows: int, groups: int, seed: int = 0, skew: float = 0.0) -> jax.Array:
+    """Routed rows per expert as a router spreads them: multinomial over equal probabilities, or (`skew`) over
+    probabilities in proportion to exp(skew x N(0, 1)), an uneven router's."""
+    r = np.random.default_rng(seed)
+    p = np.exp(skew * r.standard_normal(groups)) if skew else np.ones(groups)
+    return jnp.asarray(r.multinomial(rows, p / p.sum()), jnp.int32)
 
 
 def with_grads(loss: Callable[..., jax.Array], argnums: tuple[int, ...]) -> Callable[..., Any]:

@@ -1,7 +1,8 @@
 """Grouped matmul (MoE experts), fwd and fwd+bwd: `tokamax.ops.ragged_dot` (upstream's public op: its
 tuned table, else the package's tile choice) against `jax.lax.ragged_dot` (XLA), and the same op with the
 weights fetched one grid step ahead as upstream releases its kernel (`UPSTREAM_FETCH`: the port's lookahead
-off), so that one run shows what the lookahead is worth."""
+off), so that one run shows what the lookahead is worth; at the model shapes of `models.EXPERTS` (rows spread
+evenly) and `models.IMBALANCED` (spread as an uneven router does, `models.ROUTING_SKEW`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import jax
 
-from ..models import EXPERTS
+from ..models import EXPERTS, IMBALANCED, ROUTING_SKEW
 from . import Workload, group_sizes, normal, summed, with_grads
 
 UPSTREAM_FETCH = "tokamax (weights one step ahead)"
@@ -33,11 +34,11 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
     impls = {"tokamax": (tk.ops.ragged_dot, contextlib.nullcontext),
              UPSTREAM_FETCH: (tk.ops.ragged_dot, hook.weights_one_step_ahead),
              "xla": (jax.lax.ragged_dot, contextlib.nullcontext)}
-    for shape in EXPERTS:
+    for shape in (*EXPERTS, *IMBALANCED):
         def make_args(shape=shape) -> tuple:  # noqa: ANN001
             return (normal(1, (shape.rows, shape.hidden)),
                     normal(2, (shape.experts, shape.hidden, shape.out), scale=shape.hidden ** -0.5),
-                    group_sizes(shape.rows, shape.experts))
+                    group_sizes(shape.rows, shape.experts, skew=ROUTING_SKEW * (shape in IMBALANCED)))
 
         flops = 2 * shape.rows * shape.hidden * shape.out
         case = f"{shape.model}: {shape.rows} x {shape.hidden} -> {shape.out}, {shape.experts} experts"

@@ -12,17 +12,18 @@ their gradients.
 - `kernels`: the forward and the two backward Pallas kernels.
 - `fused`: a cross-entropy with its gradients computed in the forward (Liger's scheme where it fits and is
   faster, else the kernels), for a loss that is the step's last op.
+- `loss`: that loss under `jax.grad` (`jax.custom_vjp`): transformers' labels loss for a JAX step.
 - `stats`: `row_stats` / `row_stats_vjp` at any size (padding), `statistics` (differentiable; `scheme=`).
 - `stored`: `statistics`' other scheme, plain XLA over chunks of rows with the softmax kept for the backward.
 - `softmax`: a row's log-softmax and entropy in plain XLA, for the schemes that run XLA (distillation's too).
 - `targets`: targets outside the vocabulary refused on the host, NaN rows elsewhere.
 """
 
-from . import cost, fused, plan
+from . import cost, fused, loss, plan
 from .blocks import Blocks
 from .plan import Plan
 from .stats import OUTPUTS, SCHEMES, RowStats, coefficients, row_stats, row_stats_vjp, statistics
 from .transform import IDENTITY, LogitTransform
 
 __all__ = ["IDENTITY", "OUTPUTS", "SCHEMES", "Blocks", "LogitTransform", "Plan", "RowStats", "coefficients", "cost",
-           "fused", "plan", "row_stats", "row_stats_vjp", "statistics"]
+           "fused", "loss", "plan", "row_stats", "row_stats_vjp", "statistics"]
