@@ -36,11 +36,13 @@ def _peaks(out: ResultsFile) -> float:
     return flops
 
 
-def _bench(tk, out: ResultsFile, modules: list, jobs: int, runs: int, impls: set[str]) -> None:  # noqa: ANN001
+def _bench(tk, out: ResultsFile, modules: list, jobs: int, runs: int, impls: set[str], case: str = ""  # noqa: ANN001
+           ) -> None:
     from .run import run
 
     peak = _peaks(out)
-    workloads = [w for module in modules for w in module.workloads(tk) if not impls or w.impl in impls]
+    workloads = [w for module in modules for w in module.workloads(tk)
+                 if (not impls or w.impl in impls) and case in w.case]
 
     def record(w, m, compile_s, error) -> None:  # noqa: ANN001
         r = {"op": w.op, "case": w.case, "impl": w.impl, "pass": w.pass_, "flops": w.flops,
@@ -75,6 +77,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--impl", default="", help="bench: only the workloads of these impls (separated by commas "
                         "without a space, e.g. tokamax,xla: the package's own choice beside XLA's; a name's own "
                         "', ' stays in it)")
+    parser.add_argument("--case", default="", help="bench, sweep: only the workloads whose case holds this text")
     parser.add_argument("--jobs", type=int, default=6, help="compiles at a time")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--max-configs", type=int, default=None, help="tune: candidates timed per kernel call "
@@ -109,17 +112,19 @@ def main(argv: list[str]) -> int:
             lm_head_statistics_columns,
             lm_head_vocab,
             moe,
+            moe_uneven,
             step,
         )
 
         chosen = {"step": step, "attention": attention, "moe": moe, "lm_head": lm_head,
                   "lm_head_statistics": lm_head_statistics, "distill": distill}
         extra = {"lm_head_columns": lm_head_columns,  # run when named only
-                 "lm_head_statistics_columns": lm_head_statistics_columns, "lm_head_vocab": lm_head_vocab}
+                 "lm_head_statistics_columns": lm_head_statistics_columns, "lm_head_vocab": lm_head_vocab,
+                 "moe_uneven": moe_uneven}
         names = [n for n in args.only.split(",") if n] or list(chosen)
         out = ResultsFile(args.out / "bench.json", header(args.commit, "bench"))
         impls = {n.strip() for n in re.split(r",(?! )", args.impl) if n.strip()}  # names hold ", " themselves
-        _bench(tk, out, [(chosen | extra)[n] for n in names], args.jobs, args.runs, impls)
+        _bench(tk, out, [(chosen | extra)[n] for n in names], args.jobs, args.runs, impls, args.case)
     if args.what == "tune":
         from . import tune
 
@@ -143,7 +148,8 @@ def main(argv: list[str]) -> int:
             out.add(r)
 
         start = time.perf_counter()
-        run(sweep.workloads(tk, uneven=args.only == "uneven"), record, jobs=args.jobs, runs=min(args.runs, 5), warmup=1)
+        chosen = [w for w in sweep.workloads(tk, uneven=args.only == "uneven") if args.case in w.case]
+        run(chosen, record, jobs=args.jobs, runs=min(args.runs, 5), warmup=1)
         print(f"sweep: {time.perf_counter() - start:.0f} s", flush=True)
     return int(status)
 

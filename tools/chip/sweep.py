@@ -2,7 +2,7 @@
 backward's dlhs `gmm` on the transposed weights, its drhs `tgmm`) at each model shape of `models.EXPERTS`,
 over a grid of tiles; what the tile rule (`tokamax.ragged_dot_tiles`) is checked against. With `uneven`, the shapes
 of `models.IMBALANCED` with their rows spread as an uneven router does (`models.ROUTING_SKEW`), over a wider grid
-(`UNEVEN_TILE_M`: row tiles down to 128; the whole contracted and output dimensions too)."""
+(`UNEVEN_TILE_M`: row tiles down to 128). Both grids take each dimension whole as well as in tiles of `TILE_KN`."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def _vmem(a: tuple[int, int], b: tuple[int, int], out: tuple[int, int]) -> int:
 
 def tiles(m: int, k: int, n: int, uneven: bool = False) -> Iterator[tuple[int, int, int]]:
     seen = set()
-    grid = itertools.product(UNEVEN_TILE_M, (*TILE_KN, k), (*TILE_KN, n)) if uneven else \
-        itertools.product(TILE_M, TILE_KN, TILE_KN)
+    # the whole dimension too: the rule offers it (`tiles._options`)
+    grid = itertools.product(UNEVEN_TILE_M if uneven else TILE_M, (*TILE_KN, k), (*TILE_KN, n))
     for tm, tk, tn in grid:
         t = (_clip(tm, m), _clip(tk, k), _clip(tn, n))
         if t not in seen and _vmem((t[0], t[1]), (t[1], t[2]), (t[0], t[2])) <= LOOSE_VMEM:

@@ -44,12 +44,12 @@ class Tiles(NamedTuple):
 
 
 def _options(size: int, choices: tuple[int, ...]) -> list[int]:
-    """Tile sizes for a dimension of `size`: the choices below it, and the whole dimension where a choice reaches
-    it (a block equal to the array's dimension need not be a multiple of 128)."""
-    out = [c for c in choices if c < size]
-    if size <= choices[-1] or not out:
-        out.append(size if size <= choices[-1] else choices[-1])
-    return sorted(set(out))
+    """Tile sizes for a dimension of `size`: the choices below it, and the whole dimension (a block equal to the
+    array's dimension need not be a multiple of 128), past the largest choice too: a contraction in one tile fetches
+    a group's weights block once per output tile, not once per row tile (the v5e at Qwen3-235B-A22B's experts,
+    65,536 x 4096 -> 1536 over 128 uneven groups: 7.51 ms in 256 x 4096 x 512, 8.63 in the best of the choices,
+    256 x 1024 x 1536; benchmarks/measured/v5e-2026-12-05-tiles-uneven-2b6da0b.json). `fits` keeps what VMEM holds."""
+    return sorted({*(c for c in choices if c < size), size})
 
 
 def _row_options(m: int) -> list[int]:
