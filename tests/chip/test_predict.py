@@ -69,12 +69,13 @@ def test_the_models_first_among_the_timed_tiles_ran_within_10_percent_of_the_fas
 
 @pytest.mark.kernels_ci
 def test_the_models_first_among_the_swept_tiles_ran_within_6_percent_of_the_fastest(kernel):
-    """The sweep's clean shapes, each kernel: the model's first among every tiling that compiled."""
+    """The first sweep's clean shapes, each kernel: the model's first among every tiling that compiled (that sweep ran
+    upstream's one-step-ahead weights fetch, modelled so; the later ones the package's lookahead)."""
     tiles = kernel.moe.tiles
     on = kernel.roofline.Chip("v5e", *kernel.roofline.MEASURED["TPU v5 lite"], mxu=128, vmem=128 << 20,
                               hbm=16 << 30, generation=5, kind="TPU v5 lite")
     times: dict[tuple[str, str], dict] = {}
-    for r in json.loads(SWEEP[-1].read_text())["records"]:
+    for r in json.loads(SWEEP[0].read_text())["records"]:
         model = r["case"].split(":")[0]
         if model in TIMED_CLEAN and r["median_s"]:
             a, b, c = map(int, r["impl"].split("x"))

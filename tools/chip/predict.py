@@ -122,7 +122,11 @@ def _measured(tk: ModuleType, commit: str) -> dict:
 
 
 def _grouped(tk: ModuleType, r: dict, chip: Any, which: str, lookahead: bool, commit: str) -> float | None:
+    """None at uneven routing (`models.IMBALANCED`): the model counts a group boundary per group, as even routing
+    spreads them, and the rule chooses tiles not knowing the groups' sizes."""
     s = _shape(r["case"], EXPERTS)
+    if s is None:
+        return None
     table = _measured(tk, commit)
     tiles = tk.moe.tiles
     kernels = ("gmm",) if r["pass"] == "fwd" else ("gmm", "dlhs", "tgmm")

@@ -5,6 +5,7 @@ file renamed over it), so that a run cut short leaves every record it made."""
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -16,11 +17,23 @@ import jax
 REQUIRED = ("op", "case", "impl", "pass", "median_s")
 
 
+def torch_stack() -> dict[str, str | None]:
+    """The Torch stack the host has (each distribution's version, None where it is not installed): the Torch side
+    of a step runs only where torch and torch-tpu do, and the record says when they did not."""
+    out: dict[str, str | None] = {}
+    for name in ("torch", "torch-tpu", "transformers"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def header(commit: str, what: str) -> dict[str, Any]:
     device = jax.devices()[0]
     return {"what": what, "chip": device.device_kind, "platform": device.platform, "devices": jax.device_count(),
-            "jax": jax.__version__, "python": platform.python_version(), "commit": commit,
-            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+            "jax": jax.__version__, "python": platform.python_version(), "torch_stack": torch_stack(),
+            "commit": commit, "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
 
 
 class ResultsFile:

@@ -70,8 +70,41 @@ def predictions(tk: ModuleType) -> str:
     return "\n".join(lines) + "\n"
 
 
+def steps() -> str:
+    """The whole steps (`tools.chip.step`), one line per model and tokens: the package's newest time against JAX's
+    best that ran (the faster of its heads), each one's MFU (of the run's measured matmul peak), peak HBM and first
+    call (compile)."""
+    ours: dict[str, tuple] = {}
+    best: dict[str, dict] = {}
+    for path in bench_files():
+        data = results.load(path)
+        for r in data["records"]:
+            if r["op"] != "step":
+                continue
+            if r["impl"] == "tokamax":
+                if r["median_s"] and (r["case"] not in ours or ours[r["case"]][0] <= data["started"]):
+                    ours[r["case"]] = (data["started"], r, data["commit"][:7])
+            elif r["case"] not in best or (r["median_s"] or 1e9) < (best[r["case"]]["median_s"] or 1e9):
+                best[r["case"]] = r
+    lines = ["| step | tokamax ms | MFU | peak GiB | first call s | JAX's best ms | MFU | peak GiB | first call s | "
+             "speed-up |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for case, (_, r, commit) in ours.items():
+        b = best.get(case)
+        if b is None:
+            theirs = "| not run | | | | "
+        elif not b["median_s"]:
+            theirs = "| out of HBM | | | | " if "RESOURCE_EXHAUSTED" in b.get("error", "") else "| failed | | | | "
+        else:
+            theirs = (f"| {_ms(b['median_s'])} | {b['peak_fraction']:.0%} | {b['peak_bytes'] / GiB:.2f} | "
+                      f"{b['compile_s']:.0f} | {b['median_s'] / r['median_s']:.2f}x")
+        lines.append(f"| {case} ({commit}) | {_ms(r['median_s'])} | {r['peak_fraction']:.0%} | "
+                     f"{r['peak_bytes'] / GiB:.2f} | {r['compile_s']:.0f} {theirs} |")
+    return "\n".join(lines) + "\n"
+
+
 def render(tk: ModuleType) -> str:
-    parts = [BEGIN, ""]
+    parts = [BEGIN, "", "The whole training step (newest tokamax run per step; JAX's best of its runs):", "", steps(),
+             ""]
     for path in bench_files():
         parts += [bench(path), ""]
     parts += ["Predicted against measured (`tokamax.roofline` with the v5e's calibrated figures, the package's own "

@@ -7,7 +7,7 @@ from types import ModuleType
 import jax
 import jax.numpy as jnp
 
-from ..workloads.attention import _jax_splash
+from ..workloads.attention import jax_splash
 from .decoder import Ops
 
 HEAD_CHUNK = 4096
@@ -49,7 +49,7 @@ def _chunked_cross_entropy(x: jax.Array, w: jax.Array, targets: jax.Array, weigh
 
 
 def _jax_attention(q: jax.Array, k: jax.Array, v: jax.Array, window: int | None) -> jax.Array:
-    return _jax_splash(512, window)(q, k, v)
+    return jax_splash(512, window)(q, k, v)
 
 
 def jax_best(chunked_head: bool) -> Ops:

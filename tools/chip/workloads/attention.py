@@ -6,7 +6,7 @@ q/kv/compute)"): the side by side `splash.blocks`' choice rests on."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 
 import jax
@@ -22,7 +22,8 @@ dim 256, each within 90% of the v5e's 16 MiB of scoped VMEM by `splash.blocks`' 
 for 19.0 MiB there)."""
 
 
-def _jax_splash(block: int, window: int | None = None):  # noqa: ANN202
+def jax_splash(block: int, window: int | None = None) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+    """JAX's bundled splash kernel at `block` everywhere with its fused backward (MaxText's call)."""
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
@@ -73,7 +74,7 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
             fwd_flops = 4 * shape.heads * pairs * shape.head_dim
             kind = "causal" if window is None else f"causal, window {window}"
             case = f"{shape.model}: {shape.heads}/{shape.kv_heads} heads of {shape.head_dim}, {length} tokens, {kind}"
-            impls = {"tokamax": ours(window), "jax splash (512 blocks, fused bwd)": _jax_splash(512, window)}
+            impls = {"tokamax": ours(window), "jax splash (512 blocks, fused bwd)": jax_splash(512, window)}
             if length <= XLA_MAX_LENGTH:
                 impls["xla"] = _xla(window)
             for impl, fn in impls.items():
