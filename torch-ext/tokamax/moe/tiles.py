@@ -4,12 +4,12 @@ on a v5e, where wide tiles reach 100-170): upstream's tuned table still wins whe
 and TPU7x keeps upstream's own heuristic.
 
 Where the chip measured the call's exact shape (`measured`: the result files shipped for it, made on the chip by
-`tokamax.tuning`), its fastest tiles; elsewhere the rule: among tiles of 256 to 1024 rows that divide the rows
-(or all of them; 128 where nothing wider divides) and 128 to 2048 of each other dimension (or the whole
-dimension), those whose VMEM (`vmem_bytes`) fits the chip's scoped VMEM, the fastest by the roofline
-(`seconds`): step by step, the MXU time of the padded tiles actually visited (a group's last row tile is worked
-whole) against the HBM time of what the grid fetches for the next step, and a fixed cost per grid step. The
-VMEM model and the rule were checked on a v5e (tools/chip/sweep.py: 300 tilings at five model shapes, which
+`tokamax.tuning`), its fastest tiles; elsewhere the rule: among tiles of 256 to 1024 rows that divide the rows (or
+all of them; 128 where nothing wider divides) and 128 to 2048 of each other dimension or the whole dimension (past
+2048 too: a contraction in one tile), those whose VMEM (`vmem_bytes`) fits the chip's scoped VMEM, the fastest by
+the roofline (`seconds`): step by step, the MXU time of the padded tiles actually visited (a group's last row tile
+is worked whole) against the HBM time of what the grid fetches for the next step, and a fixed cost per grid step.
+The VMEM model and the rule were checked on a v5e (tools/chip/sweep.py: 300 tilings at five model shapes, which
 compiled and how fast) and by the compile tier for v5e, v6e and v7x.
 
 Kernels and their dimensions, (m, k, n) as upstream's Config names them:
