@@ -14,7 +14,8 @@ import pytest
 from .numerics import U
 from .reference import operands
 
-SCHEMES = {"chunked": 128, "kernels": None}
+SCHEMES = {"chunked": {"chunk": 128, "streamed": False}, "streamed": {"chunk": 128, "streamed": True},
+           "kernels": {"chunk": None}}
 
 
 def _reference(x, w, b, targets, m, transform, z_loss, eps):  # noqa: ANN001, ANN202
@@ -52,7 +53,7 @@ def test_loss_and_gradients_match_float64(kernel, emulation, scheme, z_loss, eps
     t = lm_head.LogitTransform.of(soft_cap=cap, temperature=0.7) if cap else lm_head.IDENTITY
     with emulation.interpret_on_cpu("v6e"):
         loss, dx, dw, db = jax.jit(lambda x, w, b: lm_head.fused.loss_and_grads(
-            x, w, b, targets, m, t, z_loss=z_loss, smoothing=eps, chunk=SCHEMES[scheme]))(x, w, b)
+            x, w, b, targets, m, t, z_loss=z_loss, smoothing=eps, **SCHEMES[scheme]))(x, w, b)
     want, want_dx, want_dw, want_db, g_abs, terms = _reference(x, w, b, targets, m, t, z_loss, eps)
     # float32 sums of n terms err by about sqrt(n) u of their magnitudes: each row's log-sum-exp and sum of
     # logits over the vocabulary, the loss over the rows; the gradients over vocab (dx) or rows (dw, db)
@@ -74,7 +75,7 @@ def test_a_frozen_head_gets_dx_alone(kernel, emulation, scheme):
     m = np.ones(200, np.float32)
     with emulation.interpret_on_cpu("v6e"):
         loss, dx, dw, db = jax.jit(lambda x, w: lm_head.fused.loss_and_grads(
-            x, w, None, targets, m, lm_head.IDENTITY, weight_grad=False, chunk=SCHEMES[scheme]))(x, w)
+            x, w, None, targets, m, lm_head.IDENTITY, weight_grad=False, **SCHEMES[scheme]))(x, w)
     want, want_dx, _, _, _, _ = _reference(x, w, None, targets, m, lm_head.IDENTITY, 0.0, 0.0)
     assert dw is None and db is None
     np.testing.assert_allclose(np.asarray(dx), want_dx, rtol=1e-4, atol=1e-5)
@@ -165,9 +166,9 @@ def test_a_target_outside_the_vocabulary_is_refused_on_the_host_and_nan_when_tra
     with emulation.interpret_on_cpu("v6e"):
         with pytest.raises(ValueError, match=r"^tokamax lm_head: targets must be in \[0, 300\); got 1 outside, "
                                              r"e\.g\. \[307\]$"):
-            lm_head.fused.loss_and_grads(x, w, b, targets, m, lm_head.IDENTITY, chunk=SCHEMES[scheme])
+            lm_head.fused.loss_and_grads(x, w, b, targets, m, lm_head.IDENTITY, **SCHEMES[scheme])
         loss, dx, dw, db = jax.jit(lambda x, w, b, t: lm_head.fused.loss_and_grads(
-            x, w, b, t, m, lm_head.IDENTITY, chunk=SCHEMES[scheme]))(x, w, b, targets)
+            x, w, b, t, m, lm_head.IDENTITY, **SCHEMES[scheme]))(x, w, b, targets)
     assert np.isnan(float(loss))
     dropped = m.copy()
     dropped[17] = 0.0
@@ -294,3 +295,39 @@ def test_with_the_accumulator_kernel_the_temporaries_and_times_are_what_the_chip
     assert fused.accumulation(1024, 8192, 4096, 128256, 2, chip) == fused.Scheme(1024, True, True)
     assert fused.accumulation(2048, 8192, 4096, 128256, 2, chip) == fused.Scheme(2048)
     assert fused.accumulation(1024, 8192, 4096, 128256, 2, chip, weight_grad=False) == fused.Scheme(1024)
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("pair", [False, True, "scaled"], ids=["float32", "pair", "pair-int8"])
+@pytest.mark.parametrize("vocab", [1000, 1280], ids=["tail", "whole-blocks"])
+def test_the_streamed_kernels_accumulate_dw_as_float64_says(kernel, emulation, pair, vocab):
+    """bf16, 300 rows in 2 chunks of 128 and 44 left, the streamed way (`lm_head.streamed`, G in VMEM) with dW in each
+    accumulator: 1,000 entries take a block of 512 and leave 488 to XLA (`streamed.tail`), 1,280 blocks of 1,024 and
+    256 left. Against float64 of the bf16 operands: G is rounded to bf16 before both matmuls (2^-8 of |G|), dW and dx
+    once to bf16 at the end (half their last place), the pair's low half keeps 2^-16 of the running sum per chunk
+    (the int8 one 2^-15), float32's sums sqrt(n) u; the loss is float32's."""
+    import jax.numpy as jnp
+
+    lm_head = kernel.lm_head
+    rows, hidden, chunks = 300, 128, 3
+    x, w, b, targets = operands(rows, hidden, vocab, seed=11)
+    x, w = jnp.asarray(x, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)
+    m = (np.random.default_rng(12).random(rows) > 0.2).astype(np.float32)
+    with emulation.interpret_on_cpu("v5e"):
+        loss, dx, dw, db = jax.jit(lambda x, w: lm_head.fused.loss_and_grads(
+            x, w, None, targets, m, lm_head.IDENTITY, chunk=128, streamed=True, pair_accumulator=bool(pair),
+            scaled_low=pair == "scaled"))(x, w)
+    assert dw.dtype == dx.dtype == jnp.bfloat16
+    x64, w64 = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    want, want_dx, want_dw, want_db, g_abs, terms = _reference(
+        np.asarray(x, np.float32), np.asarray(w, np.float32), None, targets, m, lm_head.IDENTITY, 0.0, 0.0)
+    assert abs(float(loss) - want) <= (np.sqrt(vocab) + np.sqrt(rows) + 8) * U * terms, (float(loss), want)
+    low = {False: 0.0, True: 2.0 ** -16, "scaled": 2.0 ** -15}[pair]
+    for name, got, expected, scale, n, per_chunk in (
+            ("dx", dx, want_dx, g_abs @ np.abs(w64), vocab, 0.0),
+            ("dw", dw, want_dw, g_abs.T @ np.abs(x64), rows, low)):
+        got = np.asarray(got, np.float64)
+        half_place = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(expected), 1e-30))) - 8)
+        bound = half_place + (2.0 ** -8 + chunks * per_chunk + (np.sqrt(n) + 8) * U) * scale * 1.01 + 1e-30
+        assert (np.abs(got - expected) <= bound).all(), (name, float((np.abs(got - expected) / bound).max()))
+    np.testing.assert_allclose(np.asarray(db), want_db, rtol=0, atol=float((np.sqrt(rows) + 8) * U * g_abs.sum()))

@@ -18,6 +18,7 @@ from . import Workload, normal, with_grads
 CHUNKS = (512, 1024, 2048)  # the chunked scheme at fixed chunks, beside the package's own choice
 PAIR_CHUNKS = (512, 1024)  # the same with dW accumulated in a bf16 pair (`pair_accumulator`)
 KERNEL_CHUNKS = (512, 768, 1024, 1280, 2048)  # with `lm_head.accumulate` adding dW, float32 and pair
+STREAMED_CHUNKS = (512, 768, 1024, 1280)  # each chunk in `lm_head.streamed`'s two kernels, float32 and pair
 WHOLE = "tokamax (whole-block bodies)"  # the kernels without their inner loop over columns (`whole_blocks`)
 BETA = 0.5
 
@@ -77,14 +78,14 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
     lm_head = tk.lm_head
 
     def labels(chunk: object, whole: bool = False, pair: bool | None = None, kernel: bool | None = None,  # noqa: ANN202
-               scaled: bool | None = None):
-        # pair, kernel and scaled None: as the package chooses (`fused.choose_scheme`, `fused.accumulation`)
+               scaled: bool | None = None, streamed: bool | None = None):
+        # pair, kernel, scaled and streamed None: as the package chooses (`fused.choose_scheme`, `fused.accumulation`)
         def fn(x: jax.Array, w: jax.Array, t: jax.Array) -> tuple:
             weights = jnp.full(t.shape, 1.0 / t.shape[0], jnp.float32)
             plan = whole_blocks(lm_head, x, w) if whole else None
             return lm_head.fused.loss_and_grads(x, w, None, t, weights, lm_head.IDENTITY, chunk=chunk, plan=plan,
                                                 pair_accumulator=pair, accumulator_kernel=kernel,
-                                                scaled_low=scaled)[:3]
+                                                scaled_low=scaled, streamed=streamed)[:3]
         return fn
 
     def forward_loss(x: jax.Array, w: jax.Array, t: jax.Array, whole: bool = False) -> jax.Array:
@@ -105,20 +106,28 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
         variants = {"tokamax": "auto", "tokamax (kernels)": None,
                     **{f"tokamax (chunks of {c})": c for c in CHUNKS}}
         for impl, chunk in variants.items():  # the fixed chunks with XLA's float32 accumulator
-            plain = {} if chunk in ("auto", None) else {"pair": False, "kernel": False, "scaled": False}
+            plain = {} if chunk in ("auto", None) else {"pair": False, "kernel": False, "scaled": False,
+                                                        "streamed": False}
             yield Workload("lm_head_loss", case, impl, "fwd+bwd",
                            lambda m=make, c=chunk, k=plain: (labels(c, **k), m()), 3 * flops)
         yield Workload("lm_head_loss", case, f"{WHOLE[:-1]}, kernels)", "fwd+bwd",
                        lambda m=make: (labels(None, whole=True), m()), 3 * flops)
         for c in PAIR_CHUNKS:
             yield Workload("lm_head_loss", case, f"tokamax (chunks of {c}, pair accumulator)", "fwd+bwd",
-                           lambda m=make, c=c: (labels(c, pair=True, kernel=False, scaled=False), m()), 3 * flops)
+                           lambda m=make, c=c: (labels(c, pair=True, kernel=False, scaled=False, streamed=False), m()),
+                           3 * flops)
         for c in KERNEL_CHUNKS:  # dW added by `lm_head.accumulate`'s kernel: float32, the pair, its low half in int8
             for pair, scaled in ((False, False), (True, False), (True, True)):
                 impl = (f"tokamax (chunks of {c}{', pair accumulator' if pair else ''}{', int8 low' if scaled else ''}"
                         ", accumulator kernel)")
                 yield Workload("lm_head_loss", case, impl, "fwd+bwd", lambda m=make, c=c, p=pair, q=scaled: (
-                    labels(c, pair=p, kernel=True, scaled=q), m()), 3 * flops)
+                    labels(c, pair=p, kernel=True, scaled=q, streamed=False), m()), 3 * flops)
+        for c in STREAMED_CHUNKS:  # each chunk in `lm_head.streamed`'s kernels: float32, the pair, its low half in int8
+            for pair, scaled in ((False, False), (True, False), (True, True)):
+                impl = f"tokamax (chunks of {c}, streamed{', pair accumulator' if pair else ''}" \
+                       f"{', int8 low' if scaled else ''})"
+                yield Workload("lm_head_loss", case, impl, "fwd+bwd", lambda m=make, c=c, p=pair, q=scaled: (
+                    labels(c, pair=p, scaled=q, streamed=True), m()), 3 * flops)
         yield Workload("lm_head_loss", case, "xla", "fwd+bwd",
                        lambda m=make: (with_grads(xla_loss, (0, 1)), m()), 3 * flops)
 

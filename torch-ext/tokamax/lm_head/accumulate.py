@@ -74,6 +74,23 @@ def scaled_value(high: jax.Array, low: jax.Array, mantissa_bits: int) -> jax.Arr
     return high + low.astype(jnp.int32).astype(jnp.float32) * _power(place)
 
 
+def add_in_kernel(ins: tuple, outs: tuple, part: jax.Array, bits: int) -> None:
+    """Inside a Pallas kernel: the accumulator's block read from `ins` (float32, or the pair's refs), `part`
+    (float32) added, written to `outs` as `_added` adds it in XLA; `bits`: high's explicit mantissa bits."""
+    if len(ins) == 1:
+        outs[0][...] = ins[0][...] + part
+        return
+    held = ins[0][...].astype(jnp.float32)
+    scaled = ins[1].dtype == SCALED
+    total = (scaled_value(held, ins[1][...], bits) if scaled else held + ins[1][...].astype(jnp.float32)) + part
+    high = total.astype(outs[0].dtype)
+    outs[0][...] = high
+    if scaled:
+        outs[1][...] = scaled_low(high.astype(jnp.float32), total, bits)
+    else:
+        outs[1][...] = (total - high.astype(jnp.float32)).astype(outs[1].dtype)
+
+
 def vmem_bytes(chunk: int, hidden: int, block: int, itemsize: int) -> int:
     """x's block and G's block double-buffered, the accumulator's block in and out double-buffered (float32 or the
     pair: four bytes an entry either way), and three float32 [block, hidden] values (the product, the sum, the
@@ -128,20 +145,7 @@ def into(acc: Accumulator, g: jax.Array, x: jax.Array, transposed: bool = False)
         ins, outs = refs[:len(arrays)], refs[len(arrays):]
         part = jax.lax.dot_general(g_ref[...], x_ref[...], (((1 if transposed else 0,), (0,)), ((), ())),
                                    preferred_element_type=jnp.float32)
-        if not pair:
-            outs[0][...] = ins[0][...] + part
-            return
-        held = ins[0][...].astype(jnp.float32)
-        if scaled:
-            total = scaled_value(held, ins[1][...], bits) + part
-        else:
-            total = held + ins[1][...].astype(jnp.float32) + part
-        high = total.astype(outs[0].dtype)
-        outs[0][...] = high
-        if scaled:
-            outs[1][...] = scaled_low(high.astype(jnp.float32), total, bits)
-        else:
-            outs[1][...] = (total - high.astype(jnp.float32)).astype(outs[1].dtype)
+        add_in_kernel(ins, outs, part, bits)
 
     acc_spec = pl.BlockSpec((block, hidden), lambda i: (i, 0))
     out = pl.pallas_call(

@@ -43,6 +43,7 @@ import jax.numpy as jnp
 from .. import roofline
 from . import accumulate
 from . import plan as plans
+from . import streamed as streaming
 from . import targets as target_checks
 from .blocks import LANES, round_up
 from .cost import HBM_SHARE, Chip, chip
@@ -99,6 +100,7 @@ class ChunkedCost:
     chunks: int = 1
     kernel_flops: int = 0  # the kernel's matmul per chunk
     kernel_bytes: int = 0  # the accumulator's bytes the kernel reads and writes per chunk
+    streamed: bool = False  # `streamed`'s kernels (`streaming.StreamedCost` is that way's cost)
 
     def seconds(self, on: Chip) -> float:
         """The roofline of the step; XLA's accumulator `ACCUMULATOR_PASSES` times over, serial; the kernel's
@@ -185,16 +187,35 @@ def temporaries(chunks: int, chunk: int, vocab: int, accumulator: int, pair: boo
 
 class Scheme(NamedTuple):
     """The labels path's scheme for a call: the chunked one at `chunk` rows (None: the kernels), dW added by
-    `accumulate`'s kernel or by XLA, into a float32 accumulator or the pair."""
+    `accumulate`'s kernel or by XLA, into a float32 accumulator or the pair; or each chunk in `streamed`'s two
+    kernels (G never in HBM), dW into either accumulator."""
 
     chunk: int | None
     kernel: bool = False
     pair: bool = False
     scaled: bool = False  # the pair's low half in int8 (`accumulate.SCALED`), with the kernel
+    streamed: bool = False
+
+
+def streamed_cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, block: int,
+                  weight_grad: bool = True, pair: bool = False, scaled: bool = False) -> streaming.StreamedCost:
+    """The streamed way at `chunk` rows (`chunk_rows`). Temporaries: one chunk's float32 raw logits, dW's float32
+    accumulator or the pair's low half (the high half is dW), x's chunk, and with rows left past the whole chunks
+    their dx until it is joined to the rest's."""
+    chunks, computed = chunk_rows(rows, chunk)
+    scaled = scaled and pair and itemsize == 2 and weight_grad
+    pair = pair and weight_grad
+    low = 1 if scaled else itemsize
+    acc_bytes = (itemsize + low if pair else 4) if weight_grad else 0
+    held = (vocab * hidden * (low if pair else 4)) if weight_grad else 0
+    joined = (rows // chunk) * chunk * hidden * itemsize if rows % chunk and rows > chunk else 0
+    temp = chunk * vocab * 4 + held + chunk * hidden * itemsize + joined
+    return streaming.StreamedCost(chunk, chunks, computed, hidden, vocab, itemsize, block, acc_bytes, temp, pair,
+                                  scaled)
 
 
 def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool
-          ) -> list[ChunkedCost]:
+          ) -> list[ChunkedCost | streaming.StreamedCost]:
     """The chunked scheme's costs at `chunk` rows, one per way of adding dW offered there (`Scheme`'s kernel and
     pair): XLA's float32 accumulator at `CHUNKS`; on the chips whose compiler's layout of the accumulator kernel
     was measured (`LAID_OUT_ON_CHIP`) and where its VMEM holds the chunk, the kernel into a float32 accumulator or
@@ -204,8 +225,16 @@ def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: C
     if weight_grad and chip.kind in LAID_OUT_ON_CHIP and chunk in KERNEL_CHUNKS \
             and accumulate.fits(chunk, hidden, vocab, itemsize, chip.vmem, vocab % LANES != 0):
         ways += [(True, False, False), (True, True, False)] + [(True, True, True)] * (itemsize == 2)
-    return [cost(rows, hidden, vocab, itemsize, chunk, weight_grad, pair=p, kind=chip.kind, kernel=k, scaled=q)
-            for k, p, q in ways]
+    costs: list[ChunkedCost | streaming.StreamedCost] = [
+        cost(rows, hidden, vocab, itemsize, chunk, weight_grad, pair=p, kind=chip.kind, kernel=k, scaled=q)
+        for k, p, q in ways]
+    if chip.kind in LAID_OUT_ON_CHIP and chunk in KERNEL_CHUNKS:
+        for pair, scaled in [(False, False)] + ([(True, False)] + [(True, True)] * (itemsize == 2)) * weight_grad:
+            acc_bytes = (itemsize + (1 if scaled else itemsize) if pair else 4) if weight_grad else 0
+            block = streaming.block_for(chunk, hidden, vocab, itemsize, chip.vmem, acc_bytes)
+            if block is not None:
+                costs.append(streamed_cost(rows, hidden, vocab, itemsize, chunk, block, weight_grad, pair, scaled))
+    return costs
 
 
 SMALL_BUFFERS = 64 << 20
@@ -213,7 +242,8 @@ SMALL_BUFFERS = 64 << 20
 of every chunked record on the v5e), counted against the share so that a scheme at its edge is not taken."""
 
 
-def _fastest(costs: list[ChunkedCost], chip: Chip) -> ChunkedCost | None:
+def _fastest(costs: list[ChunkedCost | streaming.StreamedCost], chip: Chip
+             ) -> ChunkedCost | streaming.StreamedCost | None:
     """The fastest of `costs` whose temporaries and `SMALL_BUFFERS` fit `HBM_SHARE` of the chip's HBM (among equals
     the larger chunk, then the smaller temporaries), or None."""
     fitting = [c for c in costs if c.temp_bytes + SMALL_BUFFERS <= chip.hbm // HBM_SHARE]
@@ -234,7 +264,7 @@ def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
                      for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad)], chip)
     if best is None or best.seconds(chip) >= kernels:
         return Scheme(None)
-    return Scheme(best.chunk, best.kernel, best.pair, best.scaled)
+    return Scheme(best.chunk, best.kernel, best.pair, best.scaled, best.streamed)
 
 
 def accumulation(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
@@ -242,7 +272,7 @@ def accumulation(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, 
     """How the chunked scheme adds dW at a chunk asked for: the fastest way offered at it that fits the share, else
     XLA's float32 accumulator."""
     best = _fastest(_ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad), chip)
-    return Scheme(chunk, best.kernel, best.pair, best.scaled) if best is not None else Scheme(chunk)
+    return Scheme(chunk, best.kernel, best.pair, best.scaled, best.streamed) if best is not None else Scheme(chunk)
 
 
 def choose(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True) -> int | None:
@@ -259,7 +289,8 @@ def _weighted(m: jax.Array, lse: jax.Array, zt: jax.Array, sum_z: jax.Array, voc
 
 def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
              z_loss: float, smoothing: float, chunk: int, weight_grad: bool, pair: bool, kernel: bool,
-             scaled: bool = False) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+             scaled: bool = False, streamed: bool = False
+             ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     rows, vocab = x.shape[0], w.shape[0]
     whole = rows // chunk * chunk
 
@@ -295,7 +326,10 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
             carry = (accumulate.add(dw, g_low, x_c, kernel, transposed), db + jnp.sum(g, axis=1 - v_axis))
         return carry, (loss, dx_c.astype(x.dtype))
 
-    zeros = accumulate.start(w.shape, w.dtype, pair, scaled and kernel)  # the int8 low half is the kernel's alone
+    if streamed:
+        step = _streamed_step(w, b, transform, z_loss, smoothing, weight_grad, pair, scaled)
+    # the int8 low half is a kernel's alone (`accumulate`'s or `streamed`'s)
+    zeros = accumulate.start(w.shape, w.dtype, pair, scaled and (kernel or streamed))
     carry = (zeros, jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
     losses, dxs = [], []
     if whole:  # the whole chunks in a scan
@@ -318,6 +352,38 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
     return loss, dx, accumulate.finish(dw, w.dtype), db
 
 
+def _streamed_step(w: jax.Array, b: jax.Array, transform: LogitTransform, z_loss: float, smoothing: float,
+                   weight_grad: bool, pair: bool, scaled: bool):  # noqa: ANN202
+    """The chunked scheme's step in `streamed`'s two kernels: the same carry (dW's accumulator, db) and outputs."""
+    vocab, hidden = w.shape
+    itemsize = jnp.dtype(w.dtype).itemsize
+    acc_bytes = (itemsize + (1 if scaled else itemsize) if pair else 4) if weight_grad else 0
+
+    def step(carry, inputs):  # noqa: ANN001, ANN202
+        x_c, t_c, m_c = inputs
+        block = streaming.block_for(x_c.shape[0], hidden, vocab, itemsize, chip().vmem, acc_bytes)
+        if block is None:  # `loss_and_grads` takes this way only where the whole chunk's block fits
+            raise ValueError(f"tokamax lm_head loss_and_grads: no vocabulary block of {streaming.BLOCKS} fits a "
+                             f"chunk of {x_c.shape[0]} rows at hidden {hidden} in the chip's VMEM")
+        raw, lse, zt, sum_z = streaming.logits(x_c, w, b[None, :], t_c, transform=transform, block=block)
+        nan_lse, nan_zt = target_checks.nan_rows([lse, zt], t_c, vocab)  # as the kernels' statistics
+        loss = jnp.sum(_weighted(m_c, nan_lse, nan_zt, sum_z, vocab, z_loss, smoothing))
+        kept = jnp.where((m_c > 0) & ~target_checks.outside(t_c, vocab), m_c, 0.0)  # a NaN row adds nothing
+        rows = (t_c, lse, kept * (1.0 + 2.0 * z_loss * lse), -kept * (1.0 - smoothing), -kept * (smoothing / vocab))
+        acc, dx_c, db_c = streaming.gradients(raw, x_c, w, *rows, carry[0] if weight_grad else None,
+                                              transform=transform, block=block)
+        db_c = db_c[0]
+        if vocab % block:  # the entries past the whole blocks, in XLA
+            acc, dx_c, db_tail = streaming.tail(raw, x_c, w, *rows, acc, dx_c, transform=transform,
+                                                start=vocab // block * block)
+            db_c = jnp.concatenate([db_c, db_tail])
+        if weight_grad:
+            carry = (acc, carry[1] + db_c)
+        return carry, (loss, dx_c.astype(x_c.dtype))
+
+    return step
+
+
 def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
              z_loss: float, smoothing: float, weight_grad: bool, plan: plans.Plan | None
              ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
@@ -337,7 +403,8 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
                    transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0, weight_grad: bool = True,
                    chunk: int | None | str = "auto", plan: plans.Plan | None = None,
                    pair_accumulator: bool | None = None, accumulator_kernel: bool | None = None,
-                   scaled_low: bool | None = None) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+                   scaled_low: bool | None = None, streamed: bool | None = None
+                   ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     """(sum_r weights_r loss_r float32 [], dx in x's dtype, dW in w's dtype, db float32 [vocab]; dW and db None
     where `weight_grad` is False). `targets` int [rows] in [0, vocab) where `weights` > 0 (others are not
     read): one outside is refused where it is on the host, else makes the loss NaN and adds nothing to the
@@ -348,8 +415,10 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     the chunked scheme adds each chunk's dW in a Pallas kernel that streams the accumulator under the matmul
     (`accumulate`), where its VMEM holds the chunk (else XLA adds it); `scaled_low`: with both and a 16-bit w, the
     pair's low half in int8 (`accumulate.SCALED`: a quarter less traffic and half the low half's bytes, the same
-    bits of the sum to 1/256 of dW's last place per chunk). Each None: as `choose_scheme` says with `chunk="auto"`,
-    as `accumulation` says at a chunk asked for."""
+    bits of the sum to 1/256 of dW's last place per chunk); `streamed`: each chunk in `streamed`'s two kernels, G
+    made in VMEM and never in HBM, dW into the float32 accumulator or the pair (`accumulator_kernel` then unread;
+    refused where no vocabulary block fits the chunk in VMEM). Each None: as `choose_scheme` says with
+    `chunk="auto"`, as `accumulation` says at a chunk asked for."""
     _check(x, w, b, targets)
     if weights.shape != targets.shape:
         raise ValueError(f"tokamax lm_head loss_and_grads: weights must be [rows] ({targets.shape[0]}), got "
@@ -364,12 +433,24 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
         accumulator_kernel = chosen.kernel if accumulator_kernel is None else accumulator_kernel
         pair_accumulator = chosen.pair if pair_accumulator is None else pair_accumulator
         scaled_low = chosen.scaled if scaled_low is None else scaled_low
+        streamed = chosen.streamed if streamed is None else streamed
     m = weights.astype(jnp.float32)
     t = jnp.where(m > 0, targets, 0).astype(jnp.int32)
     target_checks.refuse("lm_head", t, w.shape[0])
     if chunk is None:
         return _kernels(x, w, b, t, m, transform, z_loss, smoothing, weight_grad, plan)
     bias = jnp.zeros((w.shape[0],), jnp.float32) if b is None else b.astype(jnp.float32)
+    if streamed:
+        itemsize = jnp.dtype(x.dtype).itemsize
+        acc_bytes = (itemsize + (1 if scaled_low and itemsize == 2 else itemsize) if pair_accumulator else 4) \
+            if weight_grad else 0
+        if streaming.block_for(chunk, x.shape[1], w.shape[0], itemsize, chip().vmem, acc_bytes) is None:
+            raise ValueError(f"tokamax lm_head loss_and_grads: streamed needs a hidden size on the lanes (a multiple "
+                             f"of {LANES}) and a vocabulary block of {streaming.BLOCKS} beside a chunk of {chunk} "
+                             f"rows in the chip's VMEM; got hidden {x.shape[1]}: take a smaller chunk or "
+                             f"streamed=False")
+        return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator),
+                        False, bool(scaled_low and itemsize == 2), streamed=True)
     kernel = bool(accumulator_kernel) and weight_grad and accumulate.fits(
         chunk, x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip().vmem, w.shape[0] % LANES != 0)
     return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator), kernel,

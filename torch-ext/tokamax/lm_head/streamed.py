@@ -1,0 +1,306 @@
+"""The chunked scheme's per-chunk work in two Pallas kernels, the gradient block G made in VMEM and never in HBM:
+`fused`'s streamed way.
+
+XLA's chunked step writes a chunk's float32 logits, reads them back for the row maximum, the sum of exponentials
+and G, writes G in w's dtype and reads it in dx's matmul and in dW's (`accumulate`): at Gemma 3's 262,208 entries
+those passes over [chunk, vocab] arrays, not the matmuls, set the step's time (232 ms where XLA's materialized head
+takes 200). Here:
+
+- `logits`: grid over vocabulary blocks; each step makes the chunk's raw logits x w_j.T (+ b_j) for its block,
+  writes them (float32, the backward reads them once) and carries the rows' online maximum and sum of
+  exponentials, the target's logit and the sum of logits: the statistics cost no pass of their own.
+- `gradients`: grid over vocabulary blocks; each step reads its block of raw logits, makes G = (a p + c [j = t] +
+  d) dz/dl in VMEM (per-row coefficients from the loss, as `kernels`' backward), adds G w_j to dx's float32
+  accumulator (VMEM, written once at the end) and G.T x to dW's block in place (`accumulate`'s float32 or pair
+  accumulator, aliased), and writes G's column sums (db's share of the chunk).
+
+Three matmuls per chunk, as XLA's step, with every [chunk, vocab] array touched twice (written and read once).
+
+Shapes: x [chunk, hidden] (hidden a multiple of 128), w [vocab, hidden], b float32 [1, vocab], per-row vectors
+[chunk]. The vocabulary need not be a multiple of the block. `logits`' last block runs past w's rows: its statistics
+mask those columns with a select (what is read past the end is undefined), what it writes there is dropped.
+`gradients` walks the whole blocks only (dW's block is updated in place, and a block past its end is no block of
+it); the entries left after them (`tail`, fewer than a block: 64 of Gemma 3's 262,208 at blocks of 512) are added
+by XLA from the same logits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from .. import roofline
+from ..roofline import Chip
+from . import accumulate
+from .blocks import LANES, vmem_limit
+from .transform import LogitTransform
+
+BLOCKS = (1024, 512, 256, 128)
+"""Vocabulary entries per grid step, the widest whose VMEM (`vmem_bytes`) fits `VMEM_SHARE` of the limit."""
+VMEM_SHARE = 0.8
+"""Of the scoped limit the kernels are compiled with: Mosaic's own temporaries beside what `vmem_bytes` counts."""
+
+
+def _contract(a: jax.Array, b: jax.Array, dims: tuple[int, int]) -> jax.Array:
+    return jax.lax.dot_general(a, b, (((dims[0],), (dims[1],)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def vmem_bytes(kernel: str, chunk: int, hidden: int, block: int, itemsize: int, acc_bytes: int = 4) -> int:
+    """What a kernel holds: its blocks double-buffered (x's too: its index never changes, but two buffers are
+    reserved) and its float32 temporaries. `logits`: x, w's block, the raw block out and four [chunk, block]
+    temporaries. `gradients`: the raw block, w's, x, dW's block in and out (`acc_bytes` an entry: 4 for float32 or
+    the 16-bit pair, 3 with the int8 low half; 0 for a frozen head), dx's float32 block out (its accumulator),
+    four [chunk, block] temporaries, the [chunk, hidden] product and three [block, hidden] float32 ones (the product,
+    the sum, the rounding's remainder)."""
+    c, h, b, s = chunk, hidden, block, itemsize
+    shared = 2 * c * h * s + 2 * b * h * s + 2 * c * b * 4 + 4 * c * b * 4
+    if kernel == "logits":
+        return shared
+    weights = 4 * acc_bytes * b * h + (3 * b * h * 4 if acc_bytes else 0)
+    return shared + weights + 3 * c * h * 4
+
+
+def block_for(chunk: int, hidden: int, vocab: int, itemsize: int, vmem_capacity: int, acc_bytes: int = 4
+              ) -> int | None:
+    """The vocabulary block both kernels take (`BLOCKS`' rule, none wider than the vocabulary; a vocabulary under
+    128 whole), or None where not even the narrowest fits beside the chunk, or the hidden size is off the lanes
+    (the TPU lays such arrays out column-major: XLA would copy w around the kernels)."""
+    if hidden % LANES:
+        return None
+    budget = VMEM_SHARE * vmem_limit(vmem_capacity)
+    for block in [b for b in BLOCKS if b <= vocab] or [vocab]:
+        if max(vmem_bytes(k, chunk, hidden, block, itemsize, acc_bytes) for k in ("logits", "gradients")) <= budget:
+            return block
+    return None
+
+
+def _params() -> pltpu.CompilerParams:
+    # the vocabulary is a reduction for the row statistics and for dx: one core walks it in order
+    return pltpu.CompilerParams(dimension_semantics=("arbitrary",),
+                                vmem_limit_bytes=vmem_limit(pltpu.get_tpu_info().vmem_capacity_bytes))
+
+
+def logits(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, transform: LogitTransform, block: int
+           ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(raw logits float32 [chunk, vocab], and float32 [chunk] each: the log-sum-exp of the transformed logits z,
+    z at the target, the sum of z over the vocabulary). A target outside the vocabulary leaves its z_t 0 (the
+    caller makes such a row NaN: `targets`)."""
+    chunk, hidden = x.shape
+    vocab = w.shape[0]
+    steps = -(-vocab // block)
+    masked = vocab % block != 0
+
+    def kernel(t_ref, x_ref, w_ref, b_ref, raw_ref, lse_ref, zt_ref, sum_ref, m_s, s_s) -> None:  # noqa: ANN001
+        j = pl.program_id(0)
+
+        @pl.when(j == 0)
+        def _init() -> None:
+            m_s[...] = jnp.full_like(m_s, -jnp.inf)
+            for ref in (s_s, zt_ref, sum_ref):
+                ref[...] = jnp.zeros_like(ref)
+
+        raw = _contract(x_ref[...], w_ref[...], (1, 1)) + b_ref[...]
+        raw_ref[...] = raw
+        z, _ = transform(raw)
+        col = jax.lax.broadcasted_iota(jnp.int32, z.shape, 1) + j * block
+        if masked:  # undefined past the vocabulary: out of the maximum, the exponentials and the sum
+            valid = col < vocab
+            top, z_sum = jnp.where(valid, z, -jnp.inf), jnp.where(valid, z, 0.0)
+        else:
+            top = z_sum = z
+        m_old = m_s[...]
+        m_new = jnp.maximum(m_old, jnp.max(top, axis=1))
+        s_s[...] = s_s[...] * jnp.exp(m_old - m_new) + jnp.sum(jnp.exp(top - m_new[:, None]), axis=1)
+        m_s[...] = m_new
+        zt_ref[...] += jnp.sum(jnp.where(col == t_ref[...][:, None], z_sum, 0.0), axis=1)
+        sum_ref[...] += jnp.sum(z_sum, axis=1)
+
+        @pl.when(j == steps - 1)
+        def _finish() -> None:
+            lse_ref[...] = m_s[...] + jnp.log(s_s[...])
+
+    row = pl.BlockSpec((chunk,), lambda j: (0,))
+    vector = jax.ShapeDtypeStruct((chunk,), jnp.float32)
+    itemsize = x.dtype.itemsize
+    return pl.pallas_call(
+        kernel,
+        grid=(steps,),
+        in_specs=[row, pl.BlockSpec((chunk, hidden), lambda j: (0, 0)), pl.BlockSpec((block, hidden), lambda j: (j, 0)),
+                  pl.BlockSpec((1, block), lambda j: (0, j))],
+        out_specs=[pl.BlockSpec((chunk, block), lambda j: (0, j)), row, row, row],
+        out_shape=[jax.ShapeDtypeStruct((chunk, vocab), jnp.float32), vector, vector, vector],
+        scratch_shapes=[pltpu.VMEM((chunk,), jnp.float32) for _ in range(2)],
+        compiler_params=_params(),
+        cost_estimate=pl.CostEstimate(
+            flops=2 * chunk * vocab * hidden, transcendentals=chunk * vocab * (2 if transform.tanh else 1),
+            bytes_accessed=(vocab + chunk) * hidden * itemsize + chunk * vocab * 4),
+        name=f"tokamax_lm_head_chunk_logits_v{block}",
+    )(targets, x, w, b)
+
+
+def _gradient(z: jax.Array, dz: jax.Array, col: jax.Array, t: jax.Array, lse: jax.Array, a: jax.Array, c: jax.Array,
+              d: jax.Array) -> jax.Array:
+    """G = (a p + c [col = t] + d) dz/dl, float32 [chunk, columns], from the per-row vectors given as [chunk, 1]."""
+    g = a * jnp.exp(z - lse) + d
+    return (g + jnp.where(col == t, c, 0.0)) * dz
+
+
+def _accumulator_copies(ins: tuple, slots: tuple, sems, j, block: int):  # noqa: ANN001, ANN202
+    """copy(step, slot, out): the async copies of dW's block `step` between HBM and VMEM slot `slot` of each
+    accumulator array (in: HBM to VMEM; out: back), one semaphore per array, slot and direction."""
+    def copy(step, slot, out: bool) -> list:  # noqa: ANN001
+        rows = pl.ds(pl.multiple_of(step * block, block), block)
+        return [pltpu.make_async_copy(v.at[slot], h.at[rows], sems.at[1, i, slot]) if out
+                else pltpu.make_async_copy(h.at[rows], v.at[slot], sems.at[0, i, slot])
+                for i, (h, v) in enumerate(zip(ins, slots, strict=True))]
+    return copy
+
+
+def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, lse: jax.Array, a: jax.Array,
+              c: jax.Array, d: jax.Array, acc: accumulate.Accumulator | None, *, transform: LogitTransform, block: int
+              ) -> tuple[accumulate.Accumulator | None, jax.Array, jax.Array]:
+    """Over the whole blocks of the vocabulary: (acc + G.T x in those rows, or None for a frozen head; G w float32
+    [chunk, hidden]; G's column sums float32 [1, whole blocks' entries]) with G = (a p + c [j = t] + d) dz/dl,
+    p = e^(z - lse), per-row a, c, d float32 [chunk] (0 in a row that adds nothing) and z, dz/dl the transform of
+    `raw`. `acc`: dW's float32 accumulator or `fused`'s pair, updated in place (aliased): its blocks are copied in
+    and out by the kernel itself, two slots deep (the next block's fetch and this one's write-back under this
+    step's matmuls), so that the grid never names a block past its end. The entries past the whole blocks are
+    `tail`'s."""
+    chunk, hidden = x.shape
+    vocab = w.shape[0]
+    steps = vocab // block
+    arrays = () if acc is None else tuple(acc) if isinstance(acc, tuple) else (acc,)
+    bits = jnp.finfo(x.dtype).nmant if len(arrays) == 2 else 0
+    n = len(arrays)
+
+    def kernel(t_ref, lse_ref, a_ref, c_ref, d_ref, raw_ref, x_ref, w_ref, *refs) -> None:  # noqa: ANN001
+        # refs: the accumulator's HBM inputs (aliased to its outputs, which are the same buffers), its outputs, dx,
+        # db, then the VMEM slots and the semaphores
+        outs, (dx_ref, db_ref) = refs[n:2 * n], refs[2 * n:2 * n + 2]
+        slots, sems = refs[2 * n + 2:3 * n + 2], refs[-1] if n else None
+        j = pl.program_id(0)
+        copy = _accumulator_copies(outs, slots, sems, j, block) if n else None
+
+        def each(copies: list, action: str) -> None:
+            for c_ in copies:
+                getattr(c_, action)()
+
+        @pl.when(j == 0)
+        def _init() -> None:
+            dx_ref[...] = jnp.zeros_like(dx_ref)
+            if n:
+                each(copy(0, 0, False), "start")
+
+        z, dz = transform(raw_ref[...])
+        col = jax.lax.broadcasted_iota(jnp.int32, z.shape, 1) + j * block
+        g = _gradient(z, dz, col, *(ref[...][:, None] for ref in (t_ref, lse_ref, a_ref, c_ref, d_ref)))
+        db_ref[...] = jnp.sum(g, axis=0, keepdims=True)
+        g_low = g.astype(x_ref.dtype)
+        dx_ref[...] += _contract(g_low, w_ref[...], (1, 0))
+        if not n:
+            return
+        slot, other = j % 2, (j + 1) % 2
+
+        @pl.when(j + 1 < steps)
+        def _fetch_next() -> None:
+            @pl.when(j > 0)
+            def _free() -> None:  # the other slot's write-back (the block before) done before it is refilled
+                each(copy(j - 1, other, True), "wait")
+            each(copy(j + 1, other, False), "start")
+
+        part = _contract(g_low, x_ref[...], (0, 0))
+        each(copy(j, slot, False), "wait")
+        views = tuple(s_.at[slot] for s_ in slots)
+        accumulate.add_in_kernel(views, views, part, bits)
+        each(copy(j, slot, True), "start")
+
+        @pl.when(j == steps - 1)
+        def _drain() -> None:
+            @pl.when(j > 0)
+            def _before() -> None:
+                each(copy(j - 1, other, True), "wait")
+            each(copy(j, slot, True), "wait")
+
+    row = pl.BlockSpec((chunk,), lambda j: (0,))
+    hbm = pl.BlockSpec(memory_space=pl.ANY)
+    itemsize = x.dtype.itemsize
+    scratch = [pltpu.VMEM((2, block, hidden), a_.dtype) for a_ in arrays]
+    scratch += [pltpu.SemaphoreType.DMA((2, n, 2))] * (n > 0)
+    out = pl.pallas_call(
+        kernel,
+        grid=(steps,),
+        in_specs=[row] * 5 + [pl.BlockSpec((chunk, block), lambda j: (0, j)),
+                              pl.BlockSpec((chunk, hidden), lambda j: (0, 0)),
+                              pl.BlockSpec((block, hidden), lambda j: (j, 0)), *[hbm] * n],
+        out_specs=[*[hbm] * n, pl.BlockSpec((chunk, hidden), lambda j: (0, 0)),
+                   pl.BlockSpec((1, block), lambda j: (0, j))],
+        out_shape=[*(jax.ShapeDtypeStruct(a_.shape, a_.dtype) for a_ in arrays),
+                   jax.ShapeDtypeStruct((chunk, hidden), jnp.float32),
+                   jax.ShapeDtypeStruct((1, steps * block), jnp.float32)],
+        scratch_shapes=scratch,
+        input_output_aliases={8 + i: i for i in range(n)},
+        compiler_params=_params(),
+        cost_estimate=pl.CostEstimate(
+            flops=(2 + 2 * (n > 0)) * chunk * steps * block * hidden,
+            transcendentals=chunk * steps * block * (2 if transform.tanh else 1),
+            bytes_accessed=(steps * block + chunk) * hidden * itemsize + chunk * steps * block * 4
+            + 2 * sum(a_.size * a_.dtype.itemsize for a_ in arrays) * steps * block // vocab),
+        name=f"tokamax_lm_head_chunk_gradients_v{block}",
+    )(targets, lse, a, c, d, raw, x, w, *arrays)
+    dw = None if not n else tuple(out[:n]) if n == 2 else out[0]
+    return dw, out[n], out[n + 1]
+
+
+def tail(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, lse: jax.Array, a: jax.Array, c: jax.Array,
+         d: jax.Array, acc: accumulate.Accumulator | None, dx: jax.Array, *, transform: LogitTransform, start: int
+         ) -> tuple[accumulate.Accumulator | None, jax.Array, jax.Array]:
+    """`gradients` for the entries from `start` (past its whole blocks) in XLA: (acc with G.T x added in those rows,
+    dx + G w float32, G's column sums float32 [entries]); `dx` float32 [chunk, hidden]."""
+    z, dz = transform(raw[:, start:])
+    col = jax.lax.broadcasted_iota(jnp.int32, z.shape, 1) + start
+    g = _gradient(z, dz, col, *(v[:, None] for v in (targets, lse, a, c, d)))
+    g_low = g.astype(x.dtype)
+    dx = dx + _contract(g_low, w[start:], (1, 0))
+    if acc is not None:
+        part = accumulate.add(jax.tree.map(lambda arr: arr[start:], acc), g_low, x, kernel=False)
+        acc = jax.tree.map(lambda arr, p: jax.lax.dynamic_update_slice_in_dim(arr, p, start, 0), acc, part)
+    return acc, dx, jnp.sum(g, axis=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamedCost:
+    """The streamed way's cost over a step: each chunk's two kernels, each at its own roofline (`roofline.seconds`:
+    the larger of its matmuls' time and its HBM traffic's, a fixed cost per grid step), the rows left after the
+    whole chunks as one more chunk. Read as `fused.ChunkedCost` is by `fused.choose_scheme`."""
+
+    chunk: int
+    chunks: int
+    rows: int  # rows computed, the last chunk's padding included
+    hidden: int
+    vocab: int
+    itemsize: int
+    block: int
+    acc_bytes: int  # dW's accumulator per entry (4: float32 or the 16-bit pair, 3: int8 low half, 0: a frozen head)
+    temp_bytes: int
+    pair: bool = False
+    scaled: bool = False
+    kernel: bool = True  # dW added in a kernel (the streamed way's own)
+    streamed: bool = True
+
+    def _chunk_seconds(self, rows: int, on: Chip) -> float:
+        h, v, s = self.hidden, self.vocab, self.itemsize
+        steps = -(-v // self.block)
+        logits_bytes = (v + rows) * h * s + rows * v * 4
+        grads_bytes = logits_bytes + rows * h * 4 + 2 * v * h * self.acc_bytes
+        matmul = 2 * rows * v * h
+        return (roofline.seconds(matmul, logits_bytes, steps, on)
+                + roofline.seconds(matmul * (2 if self.acc_bytes else 1), grads_bytes, steps, on))
+
+    def seconds(self, on: Chip) -> float:
+        whole = self.chunks - (self.rows % self.chunk != 0)
+        left = self.rows - whole * self.chunk
+        return whole * self._chunk_seconds(self.chunk, on) + (self._chunk_seconds(left, on) if left else 0.0)
