@@ -8,43 +8,14 @@ each other."""
 from __future__ import annotations
 
 import json
-import statistics
 
 import pytest
 
 from tests.conftest import REPO
-from tests.jax.moe.test_tiles import SHAPES, SWEEP, TIMED_CLEAN
+from tests.jax.moe.test_tiles import KERNELS, SHAPES, SWEEP, TIMED_CLEAN, tuned_calls
 
 TUNE = REPO / "torch-ext/tokamax/moe/measured/v5e.json"
-KERNELS = {((1,), (1,)): "gmm", ((1,), (2,)): "dlhs", ((0,), (0,)): "tgmm"}  # contracting dims of lhs, rhs
-
-
-def _dims(spec: str) -> list[int]:
-    return [int(d) for d in spec.split("[")[1].rstrip("]").split(",")]
-
-
-def tuned_calls() -> list[tuple[str, tuple[int, int, int, int], dict[tuple[int, int, int], float]]]:
-    """(kernel, (m, k, n, groups) as `tiles` names them, median ms by (tile_m, tile_k, tile_n)) per call."""
-    out = []
-    for call, candidates in json.loads(TUNE.read_text())["data"]:
-        a = call["arguments"]
-        (lhs_c, rhs_c), _ = a["ragged_dot_dimension_numbers"]["dot_dimension_numbers"]
-        kernel = KERNELS[(tuple(lhs_c), tuple(rhs_c))]
-        lhs, rhs = _dims(a["lhs"]), _dims(a["rhs"])
-        m, k = lhs
-        n = rhs[2] if kernel == "gmm" else rhs[1]  # tgmm: rhs is the output's gradient [m, n]
-        if kernel == "dlhs":  # the gradient [m, n] against the weights [g, k, n]
-            k, n = rhs[1], rhs[2]
-        times = {}
-        for config, result in candidates.items():
-            c = json.loads(config)
-            if result.get("evaluation_times_ms"):
-                times[(c["tile_m"], c["tile_k"], c["tile_n"])] = statistics.median(result["evaluation_times_ms"])
-        out.append((kernel, (m, k, n, a["group_sizes"]["num_groups"]), times))
-    return out
-
-
-CALLS = tuned_calls()
+CALLS = tuned_calls(TUNE)
 
 
 def test_the_tune_file_holds_the_three_kernels_at_the_five_shapes():

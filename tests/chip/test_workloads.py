@@ -39,10 +39,11 @@ def test_every_lm_head_workload_traces_for_the_v5e(kernel, emulation):
     assert ("lm_head_loss", "tokamax (chunks of 512, pair accumulator, accumulator kernel)", "fwd+bwd") in traced
     assert ("lm_head_loss", "tokamax (chunks of 1024, pair accumulator, int8 low, accumulator kernel)", "fwd+bwd") \
         in traced
-    # per head (Llama 3 8B, Qwen3 8B, Gemma 3 4B) 27 of the loss (3 forwards; the default, the kernels, 3 XLA-added
-    # chunks, the whole-block kernels, 2 pairs, 5 chunks by the accumulator kernel in 3 ways, XLA); the JSD (10), the
-    # frozen head and the KLs (6)
-    assert len(traced) == 97, traced
+    assert ("lm_head_loss", "tokamax (chunks of 1024, streamed, pair accumulator, int8 low)", "fwd+bwd") in traced
+    # per head (Llama 3 8B, Qwen3 8B, Gemma 3 4B) 36 of the loss (3 forwards; the default, the kernels, 3 XLA-added
+    # chunks, the whole-block kernels, 2 pairs, 5 chunks by the accumulator kernel in 3 ways, 3 streamed in 3 ways,
+    # XLA); the JSD (10), the frozen head and the KLs (6)
+    assert len(traced) == 124, traced
 
 
 @pytest.mark.kernels_ci

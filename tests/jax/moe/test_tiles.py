@@ -1,11 +1,14 @@
 """The grouped matmul's tiles before TPU7x (`tokamax.moe.tiles`), against what the v5e measured
 (benchmarks/measured/v5e-*-sweep-*.json: 300 tilings of the three kernels at five model shapes, then gpt-oss-20b's
-with each dimension whole, by tools/chip/sweep.py; and -tiles-uneven-: two 128-expert shapes at uneven routing) and
+with each dimension whole, by tools/chip/sweep.py; -tiles-uneven- and -sweep-gpt-oss-120b-uneven-: two 128-expert
+shapes at uneven routing, row tiles down to 128; the shipped tune files, torch-ext/tokamax/moe/measured/) and
 through upstream's public op (the port's hook), on every chip."""
 
 from __future__ import annotations
 
 import json
+import statistics
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -16,8 +19,19 @@ from tests.conftest import REPO
 from tools.chip.models import EXPERTS, IMBALANCED
 
 MEASURED = REPO / "benchmarks/measured"
-SWEEP = sorted(MEASURED.glob("v5e-*-sweep-*.json"), key=lambda p: json.loads(p.read_text())["started"])
-UNEVEN = sorted(MEASURED.glob("v5e-*-tiles-uneven-*.json"))
+TUNED = REPO / "torch-ext/tokamax/moe/measured"
+
+
+def _started(path: Path) -> str:
+    return json.loads(path.read_text())["started"]
+
+
+SWEEP = sorted(MEASURED.glob("v5e-*-sweep-*.json"), key=_started)
+# uneven routing: the first sweep (whose gpt-oss-120b gmm and dlhs ran out of HBM making their inputs), then
+# gpt-oss-120b's again; in the order they ran, so that the later one's records replace the first's
+UNEVEN = sorted({*MEASURED.glob("v5e-*-tiles-uneven-*.json"), *MEASURED.glob("v5e-*-sweep-*-uneven-*.json")},
+                key=_started)
+KERNELS = {((1,), (1,)): "gmm", ((1,), (2,)): "dlhs", ((0,), (0,)): "tgmm"}  # contracting dims of lhs, rhs
 # The sweep's first two shapes were timed while later tilings still compiled on the host (tools/chip/run.py
 # compiles everything first since): their times are not the kernel's, their compile outcomes are.
 TIMED_CLEAN = ("Qwen3-30B-A3B", "gpt-oss-20b", "DeepSeek-V3, one chip's 8 experts")
@@ -42,6 +56,34 @@ def _records(tiles, paths) -> list[tuple[str, str, object, float | None]]:  # no
     return [(*key, seconds) for key, seconds in found.items()]
 
 
+def _dims(spec: str) -> list[int]:
+    return [int(d) for d in spec.split("[")[1].rstrip("]").split(",")]
+
+
+def tuned_calls(path: Path, buffers: int = 2) -> list[tuple[str, tuple[int, int, int, int],
+                                                         dict[tuple[int, int, int], float]]]:
+    """(kernel, (m, k, n, groups) as `tiles` names them, median seconds by (tile_m, tile_k, tile_n)) for each call of
+    a tune file (upstream's autotuner), the candidates timed at `buffers` input buffers (upstream's default: the
+    rule's tiles run with it) and without tgmm's `combine_scopes` (which the tile hook does not pass on)."""
+    out = []
+    for call, candidates in json.loads(path.read_text())["data"]:
+        a = call["arguments"]
+        (lhs_c, rhs_c), _ = a["ragged_dot_dimension_numbers"]["dot_dimension_numbers"]
+        kernel = KERNELS[(tuple(lhs_c), tuple(rhs_c))]
+        (m, k), rhs = _dims(a["lhs"]), _dims(a["rhs"])
+        n = rhs[2] if kernel == "gmm" else rhs[1]  # tgmm: rhs is the output's gradient [m, n]
+        if kernel == "dlhs":  # the gradient [m, n] against the weights [g, k, n]
+            k, n = rhs[1], rhs[2]
+        times = {}
+        for config, result in candidates.items():
+            c = json.loads(config)
+            ran = c.get("input_buffer_count", 2) == buffers and not c.get("combine_scopes")
+            if result.get("evaluation_times_ms") and ran:
+                times[(c["tile_m"], c["tile_k"], c["tile_n"])] = statistics.median(result["evaluation_times_ms"]) / 1e3
+        out.append((kernel, (m, k, n, a["group_sizes"]["num_groups"]), times))
+    return out
+
+
 @pytest.mark.kernels_ci
 def test_every_tiling_the_vmem_model_admits_compiled_on_the_v5e(tiles, v5e, sweep):
     admitted = [(m, k, t, s) for m, k, t, s in sweep if tiles.fits(k, t, v5e)]
@@ -54,31 +96,46 @@ def test_every_tiling_the_vmem_model_admits_compiled_on_the_v5e(tiles, v5e, swee
 @pytest.mark.parametrize("model", TIMED_CLEAN)
 @pytest.mark.parametrize("kernel_name", ["gmm", "dlhs", "tgmm"])
 def test_the_rule_is_within_15_percent_of_the_fastest_tiling_measured(tiles, v5e, sweep, model, kernel_name):
+    """Against the sweep's times; rows of 128, which the sweep did not time at these shapes, against each tune file
+    that timed the rule's tiles (in that file's harness: the autotuner's times are compared only with each other)."""
     s = SHAPES[model]
     chosen = tiles.choose(kernel_name, s.rows, s.hidden, s.out, s.experts, v5e)
     times = {t: sec for m, k, t, sec in sweep if m == model and k == kernel_name and sec is not None}
+    if chosen not in times and chosen.tm < min(t.tm for t in times):
+        call = (kernel_name, (s.rows, s.hidden, s.out, s.experts))
+        runs = [by for path in sorted(TUNED.glob("*.json")) for name, shape, by in tuned_calls(path)
+                if (name, shape) == call and tuple(chosen) in by]
+        assert runs, f"{model} {kernel_name}: the rule's {chosen} was not measured"
+        for by in runs:
+            best = min(by.values())
+            assert by[tuple(chosen)] <= 1.15 * best, (model, kernel_name, chosen, by[tuple(chosen)], best)
+        return
     assert chosen in times, f"{model} {kernel_name}: the rule's {chosen} was not measured"
     best = min(times.values())
     assert times[chosen] <= 1.15 * best, f"{model} {kernel_name}: {chosen} {times[chosen] * 1e3:.2f} ms, " \
                                           f"best {min(times, key=times.get)} {best * 1e3:.2f} ms"
 
 
+UNEVEN_BOUND = {"gmm": 1.05, "dlhs": 1.05, "tgmm": 1.10}
+"""How far over the fastest tiling the v5e timed within the VMEM model the rule's may run at uneven routing: tgmm's
+model misses a cost of many groups (`tiles.seconds`), and its tiles ran 5.5% (gpt-oss-120b) and 6.0% (Qwen3-235B-A22B)
+over the fastest there."""
+
+
 @pytest.mark.kernels_ci
-@pytest.mark.parametrize(("model", "kernel_name"), [(s.model, k) for s in IMBALANCED for k in ("gmm", "dlhs", "tgmm")
-                                                    if s.model.startswith("Qwen3") or k == "tgmm"])
-def test_at_uneven_routing_the_rule_is_within_15_percent_of_the_fastest_it_admits(tiles, v5e, model, kernel_name):
-    """128 experts over rows spread unevenly (`models.ROUTING_SKEW`): the rule's tiles against the fastest tiling
-    the v5e timed that the rule may take (row tiles of 256 and more, within its VMEM model). gpt-oss-120b's gmm and
-    dlhs ran out of HBM making their inputs in that sweep (their float32 draws; `workloads.normal` is jitted since):
-    not timed, so not compared."""
+@pytest.mark.parametrize(("model", "kernel_name"), [(s.model, k) for s in IMBALANCED for k in ("gmm", "dlhs", "tgmm")])
+def test_at_uneven_routing_the_rule_is_near_the_fastest_it_admits(tiles, v5e, model, kernel_name):
+    """128 experts over rows spread unevenly (`models.ROUTING_SKEW`): the rule's tiles against the fastest tiling the
+    v5e timed that the rule may take (within its VMEM model, row tiles of 128 and more); the gmm and dlhs of
+    gpt-oss-120b, which ran out of HBM making their inputs in the first sweep, from the second."""
     s = next(e for e in IMBALANCED if e.model == model)
     measured = [(t, sec) for m, k, t, sec in _records(tiles, UNEVEN) if m == model and k == kernel_name]
-    times = {t: sec for t, sec in measured if sec is not None and t.tm >= 256 and tiles.fits(kernel_name, t, v5e)}
-    assert times, f"{model} {kernel_name}: no tiling timed"
+    times = {t: sec for t, sec in measured if sec is not None and tiles.fits(kernel_name, t, v5e)}
+    assert len(times) >= 10 and any(t.tm == 128 for t in times), f"{model} {kernel_name}: {len(times)} tilings timed"
     chosen = tiles.choose(kernel_name, s.rows, s.hidden, s.out, s.experts, v5e)
     assert chosen in times, f"{model} {kernel_name}: the rule's {chosen} was not measured"
     best = min(times, key=times.get)
-    assert times[chosen] <= 1.15 * times[best], (chosen, times[chosen], best, times[best])
+    assert times[chosen] <= UNEVEN_BOUND[kernel_name] * times[best], (chosen, times[chosen], best, times[best])
 
 
 @pytest.mark.kernels_ci

@@ -18,7 +18,7 @@ from . import Workload, normal, with_grads
 CHUNKS = (512, 1024, 2048)  # the chunked scheme at fixed chunks, beside the package's own choice
 PAIR_CHUNKS = (512, 1024)  # the same with dW accumulated in a bf16 pair (`pair_accumulator`)
 KERNEL_CHUNKS = (512, 768, 1024, 1280, 2048)  # with `lm_head.accumulate` adding dW, float32 and pair
-STREAMED_CHUNKS = (512, 768, 1024, 1280)  # each chunk in `lm_head.streamed`'s two kernels, float32 and pair
+STREAMED_CHUNKS = (512, 768, 1024)  # each chunk in `lm_head.streamed`'s two kernels, float32 and pair
 WHOLE = "tokamax (whole-block bodies)"  # the kernels without their inner loop over columns (`whole_blocks`)
 BETA = 0.5
 

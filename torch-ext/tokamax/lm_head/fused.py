@@ -50,6 +50,15 @@ from .cost import HBM_SHARE, Chip, chip
 from .stats import _check, row_stats, row_stats_vjp
 from .transform import LogitTransform
 
+STREAMED = "v5e-2026-12-05-bench-lm_head-streamed-f98634e.json"
+"""The record (benchmarks/measured/) that keeps `streamed`'s kernels out of `choose_scheme`: on the v5e they ran slower
+than the accumulator kernel at every head within the share. Gemma 3's (8,192 x 2,560 -> 262,208): 221.9 ms in chunks
+of 1024 with the 16-bit pair (2.26 GiB, past the share), 249.2 with the int8 low half (1.64 GiB; the int8 pair's
+vector work per entry of dW is not hidden), against 232.1 for the accumulator kernel in chunks of 768 (1.79 GiB)
+and XLA's 199.9 (8.0 GiB); Llama 3 8B's and Qwen3 8B's 200.8 and 467.0 at best (vocabulary blocks of 256 and 128
+beside a chunk at hidden 4096), against 164.8 and 391.8. Every chunk re-reads w twice and dW's accumulator once
+in and out, and at these chunks that traffic is not hidden under the matmuls: the time falls with the chunk
+(Gemma 3's float32 accumulator: 294.2, 249.6, 224.0 ms at 512, 768, 1024 rows) where the roofline says flat."""
 CHUNKS = (4096, 2048, 1024)
 """Chunk rows the chunked scheme takes with XLA adding dW: below 1024, re-reading and re-writing the float32 dW per
 chunk costs more HBM time than the two matmuls it serves (the v5e at Llama 3 8B's head: 231.5 ms in chunks of 512,
@@ -100,7 +109,6 @@ class ChunkedCost:
     chunks: int = 1
     kernel_flops: int = 0  # the kernel's matmul per chunk
     kernel_bytes: int = 0  # the accumulator's bytes the kernel reads and writes per chunk
-    streamed: bool = False  # `streamed`'s kernels (`streaming.StreamedCost` is that way's cost)
 
     def seconds(self, on: Chip) -> float:
         """The roofline of the step; XLA's accumulator `ACCUMULATOR_PASSES` times over, serial; the kernel's
@@ -187,35 +195,16 @@ def temporaries(chunks: int, chunk: int, vocab: int, accumulator: int, pair: boo
 
 class Scheme(NamedTuple):
     """The labels path's scheme for a call: the chunked one at `chunk` rows (None: the kernels), dW added by
-    `accumulate`'s kernel or by XLA, into a float32 accumulator or the pair; or each chunk in `streamed`'s two
-    kernels (G never in HBM), dW into either accumulator."""
+    `accumulate`'s kernel or by XLA, into a float32 accumulator or the pair."""
 
     chunk: int | None
     kernel: bool = False
     pair: bool = False
     scaled: bool = False  # the pair's low half in int8 (`accumulate.SCALED`), with the kernel
-    streamed: bool = False
-
-
-def streamed_cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, block: int,
-                  weight_grad: bool = True, pair: bool = False, scaled: bool = False) -> streaming.StreamedCost:
-    """The streamed way at `chunk` rows (`chunk_rows`). Temporaries: one chunk's float32 raw logits, dW's float32
-    accumulator or the pair's low half (the high half is dW), x's chunk, and with rows left past the whole chunks
-    their dx until it is joined to the rest's."""
-    chunks, computed = chunk_rows(rows, chunk)
-    scaled = scaled and pair and itemsize == 2 and weight_grad
-    pair = pair and weight_grad
-    low = 1 if scaled else itemsize
-    acc_bytes = (itemsize + low if pair else 4) if weight_grad else 0
-    held = (vocab * hidden * (low if pair else 4)) if weight_grad else 0
-    joined = (rows // chunk) * chunk * hidden * itemsize if rows % chunk and rows > chunk else 0
-    temp = chunk * vocab * 4 + held + chunk * hidden * itemsize + joined
-    return streaming.StreamedCost(chunk, chunks, computed, hidden, vocab, itemsize, block, acc_bytes, temp, pair,
-                                  scaled)
 
 
 def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool
-          ) -> list[ChunkedCost | streaming.StreamedCost]:
+          ) -> list[ChunkedCost]:
     """The chunked scheme's costs at `chunk` rows, one per way of adding dW offered there (`Scheme`'s kernel and
     pair): XLA's float32 accumulator at `CHUNKS`; on the chips whose compiler's layout of the accumulator kernel
     was measured (`LAID_OUT_ON_CHIP`) and where its VMEM holds the chunk, the kernel into a float32 accumulator or
@@ -225,16 +214,8 @@ def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: C
     if weight_grad and chip.kind in LAID_OUT_ON_CHIP and chunk in KERNEL_CHUNKS \
             and accumulate.fits(chunk, hidden, vocab, itemsize, chip.vmem, vocab % LANES != 0):
         ways += [(True, False, False), (True, True, False)] + [(True, True, True)] * (itemsize == 2)
-    costs: list[ChunkedCost | streaming.StreamedCost] = [
-        cost(rows, hidden, vocab, itemsize, chunk, weight_grad, pair=p, kind=chip.kind, kernel=k, scaled=q)
-        for k, p, q in ways]
-    if chip.kind in LAID_OUT_ON_CHIP and chunk in KERNEL_CHUNKS:
-        for pair, scaled in [(False, False)] + ([(True, False)] + [(True, True)] * (itemsize == 2)) * weight_grad:
-            acc_bytes = (itemsize + (1 if scaled else itemsize) if pair else 4) if weight_grad else 0
-            block = streaming.block_for(chunk, hidden, vocab, itemsize, chip.vmem, acc_bytes)
-            if block is not None:
-                costs.append(streamed_cost(rows, hidden, vocab, itemsize, chunk, block, weight_grad, pair, scaled))
-    return costs
+    return [cost(rows, hidden, vocab, itemsize, chunk, weight_grad, pair=p, kind=chip.kind, kernel=k, scaled=q)
+            for k, p, q in ways]
 
 
 SMALL_BUFFERS = 64 << 20
@@ -242,8 +223,7 @@ SMALL_BUFFERS = 64 << 20
 of every chunked record on the v5e), counted against the share so that a scheme at its edge is not taken."""
 
 
-def _fastest(costs: list[ChunkedCost | streaming.StreamedCost], chip: Chip
-             ) -> ChunkedCost | streaming.StreamedCost | None:
+def _fastest(costs: list[ChunkedCost], chip: Chip) -> ChunkedCost | None:
     """The fastest of `costs` whose temporaries and `SMALL_BUFFERS` fit `HBM_SHARE` of the chip's HBM (among equals
     the larger chunk, then the smaller temporaries), or None."""
     fitting = [c for c in costs if c.temp_bytes + SMALL_BUFFERS <= chip.hbm // HBM_SHARE]
@@ -264,7 +244,7 @@ def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
                      for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad)], chip)
     if best is None or best.seconds(chip) >= kernels:
         return Scheme(None)
-    return Scheme(best.chunk, best.kernel, best.pair, best.scaled, best.streamed)
+    return Scheme(best.chunk, best.kernel, best.pair, best.scaled)
 
 
 def accumulation(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
@@ -272,7 +252,7 @@ def accumulation(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, 
     """How the chunked scheme adds dW at a chunk asked for: the fastest way offered at it that fits the share, else
     XLA's float32 accumulator."""
     best = _fastest(_ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad), chip)
-    return Scheme(chunk, best.kernel, best.pair, best.scaled, best.streamed) if best is not None else Scheme(chunk)
+    return Scheme(chunk, best.kernel, best.pair, best.scaled) if best is not None else Scheme(chunk)
 
 
 def choose(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True) -> int | None:
@@ -403,7 +383,7 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
                    transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0, weight_grad: bool = True,
                    chunk: int | None | str = "auto", plan: plans.Plan | None = None,
                    pair_accumulator: bool | None = None, accumulator_kernel: bool | None = None,
-                   scaled_low: bool | None = None, streamed: bool | None = None
+                   scaled_low: bool | None = None, streamed: bool = False
                    ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     """(sum_r weights_r loss_r float32 [], dx in x's dtype, dW in w's dtype, db float32 [vocab]; dW and db None
     where `weight_grad` is False). `targets` int [rows] in [0, vocab) where `weights` > 0 (others are not
@@ -415,10 +395,10 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     the chunked scheme adds each chunk's dW in a Pallas kernel that streams the accumulator under the matmul
     (`accumulate`), where its VMEM holds the chunk (else XLA adds it); `scaled_low`: with both and a 16-bit w, the
     pair's low half in int8 (`accumulate.SCALED`: a quarter less traffic and half the low half's bytes, the same
-    bits of the sum to 1/256 of dW's last place per chunk); `streamed`: each chunk in `streamed`'s two kernels, G
-    made in VMEM and never in HBM, dW into the float32 accumulator or the pair (`accumulator_kernel` then unread;
-    refused where no vocabulary block fits the chunk in VMEM). Each None: as `choose_scheme` says with
-    `chunk="auto"`, as `accumulation` says at a chunk asked for."""
+    bits of the sum to 1/256 of dW's last place per chunk). Each None: as `choose_scheme` says with `chunk="auto"`,
+    as `accumulation` says at a chunk asked for. `streamed`: the chunked scheme's chunks in `streamed`'s two
+    kernels (G made in VMEM, never in HBM), dW into the float32 accumulator or the pair (`accumulator_kernel` then
+    unread; refused where no vocabulary block fits the chunk in VMEM); asked for only, never chosen (`STREAMED`)."""
     _check(x, w, b, targets)
     if weights.shape != targets.shape:
         raise ValueError(f"tokamax lm_head loss_and_grads: weights must be [rows] ({targets.shape[0]}), got "
@@ -433,7 +413,6 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
         accumulator_kernel = chosen.kernel if accumulator_kernel is None else accumulator_kernel
         pair_accumulator = chosen.pair if pair_accumulator is None else pair_accumulator
         scaled_low = chosen.scaled if scaled_low is None else scaled_low
-        streamed = chosen.streamed if streamed is None else streamed
     m = weights.astype(jnp.float32)
     t = jnp.where(m > 0, targets, 0).astype(jnp.int32)
     target_checks.refuse("lm_head", t, w.shape[0])

@@ -15,6 +15,9 @@ takes 200). Here:
   accumulator, aliased), and writes G's column sums (db's share of the chunk).
 
 Three matmuls per chunk, as XLA's step, with every [chunk, vocab] array touched twice (written and read once).
+Measured on the v5e it is not yet the faster way within the chunked scheme's share of HBM (`fused.STREAMED`): a
+chunk re-reads w twice and dW's accumulator in and out, and at chunks that fit the share that traffic is not
+hidden under the matmuls. `fused.loss_and_grads(streamed=True)` asks for it; `fused.choose_scheme` never does.
 
 Shapes: x [chunk, hidden] (hidden a multiple of 128), w [vocab, hidden], b float32 [1, vocab], per-row vectors
 [chunk]. The vocabulary need not be a multiple of the block. `logits`' last block runs past w's rows: its statistics
@@ -26,15 +29,11 @@ by XLA from the same logits.
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from .. import roofline
-from ..roofline import Chip
 from . import accumulate
 from .blocks import LANES, vmem_limit
 from .transform import LogitTransform
@@ -270,37 +269,3 @@ def tail(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, lse: ja
         acc = jax.tree.map(lambda arr, p: jax.lax.dynamic_update_slice_in_dim(arr, p, start, 0), acc, part)
     return acc, dx, jnp.sum(g, axis=0)
 
-
-@dataclasses.dataclass(frozen=True)
-class StreamedCost:
-    """The streamed way's cost over a step: each chunk's two kernels, each at its own roofline (`roofline.seconds`:
-    the larger of its matmuls' time and its HBM traffic's, a fixed cost per grid step), the rows left after the
-    whole chunks as one more chunk. Read as `fused.ChunkedCost` is by `fused.choose_scheme`."""
-
-    chunk: int
-    chunks: int
-    rows: int  # rows computed, the last chunk's padding included
-    hidden: int
-    vocab: int
-    itemsize: int
-    block: int
-    acc_bytes: int  # dW's accumulator per entry (4: float32 or the 16-bit pair, 3: int8 low half, 0: a frozen head)
-    temp_bytes: int
-    pair: bool = False
-    scaled: bool = False
-    kernel: bool = True  # dW added in a kernel (the streamed way's own)
-    streamed: bool = True
-
-    def _chunk_seconds(self, rows: int, on: Chip) -> float:
-        h, v, s = self.hidden, self.vocab, self.itemsize
-        steps = -(-v // self.block)
-        logits_bytes = (v + rows) * h * s + rows * v * 4
-        grads_bytes = logits_bytes + rows * h * 4 + 2 * v * h * self.acc_bytes
-        matmul = 2 * rows * v * h
-        return (roofline.seconds(matmul, logits_bytes, steps, on)
-                + roofline.seconds(matmul * (2 if self.acc_bytes else 1), grads_bytes, steps, on))
-
-    def seconds(self, on: Chip) -> float:
-        whole = self.chunks - (self.rows % self.chunk != 0)
-        left = self.rows - whole * self.chunk
-        return whole * self._chunk_seconds(self.chunk, on) + (self._chunk_seconds(left, on) if left else 0.0)

@@ -4,11 +4,11 @@ on a v5e, where wide tiles reach 100-170): upstream's tuned table still wins whe
 and TPU7x keeps upstream's own heuristic.
 
 Where the chip measured the call's exact shape (`measured`: the result files shipped for it, made on the chip by
-`tokamax.tuning`), its fastest tiles; elsewhere the rule: among tiles of 256 to 1024 rows that divide the rows (or
-all of them; 128 where nothing wider divides) and 128 to 2048 of each other dimension or the whole dimension (past
-2048 too: a contraction in one tile), those whose VMEM (`vmem_bytes`) fits the chip's scoped VMEM, the fastest by
-the roofline (`seconds`): step by step, the MXU time of the padded tiles actually visited (a group's last row tile
-is worked whole) against the HBM time of what the grid fetches for the next step, and a fixed cost per grid step.
+`tokamax.tuning`), its fastest tiles; elsewhere the rule: among tiles of 128 to 1024 rows that divide the rows (or
+all of them) and 128 to 2048 of each other dimension or the whole dimension (past 2048 too: a contraction in one
+tile), those whose VMEM (`vmem_bytes`) fits the chip's scoped VMEM, the fastest by the roofline (`seconds`): step by
+step, the MXU time of the padded tiles actually visited (a group's last row tile is worked whole) against the HBM
+time of what the grid fetches for the next step, and a fixed cost per grid step.
 The VMEM model and the rule were checked on a v5e (tools/chip/sweep.py: 300 tilings at five model shapes, which
 compiled and how fast) and by the compile tier for v5e, v6e and v7x.
 
@@ -28,9 +28,17 @@ from .. import roofline
 from ..roofline import Chip
 from . import measured
 
-ROWS = (256, 512, 1024)
-"""Row tiles: below 256 the per-step cost the roofline counts is an underestimate (on the v5e every tiling of
-128 rows ran slower than one of 256 at every shape measured)."""
+ROWS = (128, 256, 512, 1024)
+"""Row tiles. A group's last row tile is worked whole (`_step_classes`: row tiles + groups - 1 visits, the count
+upstream's group metadata makes, within one at the benchmark's routings, even and uneven), so where groups are
+short a smaller tile wastes less: at gpt-oss-120b's experts over 128 uneven groups (32,768 rows, 256 a group on
+average) the v5e ran gmm in 128 x 2880 x 1024 at 14.10 ms against 15.08 for the best of 256 rows and more, dlhs
+(128, 512, 5760) at 13.60 against 15.97 (benchmarks/measured/v5e-2026-12-05-sweep-gpt-oss-120b-uneven-f38ceff.json),
+and the tune files' fastest include 128 rows at even routing too (gpt-oss-20b's gmm and dlhs, Qwen3-30B-A3B's and
+OLMoE's dlhs: torch-ext/tokamax/moe/measured/). `seconds` counts a 128-row step as it does any other (the MXU's
+fill on chips whose MXU is wider): a further cost per 128-row step, fitted to every gmm and dlhs record that timed
+128 rows (those files, -tiles-uneven-2b6da0b, the gpt-oss-120b sweep), is best at none: the chip's spread about
+the model within each call grows either way."""
 COLUMNS = (128, 256, 512, 1024, 2048)
 TGMM_VMEM_SHARE = 0.9
 """tgmm's tiles keep a tenth of the scoped VMEM free: on the v5e two tilings within the model's bound failed
@@ -54,9 +62,8 @@ def _options(size: int, choices: tuple[int, ...]) -> list[int]:
 
 def _row_options(m: int) -> list[int]:
     """Row tiles for m rows: the kernels need m to be a multiple of the row tile (`make_group_metadata`), or the
-    tile to be all of m (up to the largest row tile); 128 only where nothing wider divides m."""
-    out = [t for t in ROWS if t < m and m % t == 0] + ([m] if m <= ROWS[-1] else [])
-    return sorted(set(out)) or ([128] if m % 128 == 0 else [])
+    tile to be all of m (up to the largest row tile)."""
+    return sorted({t for t in ROWS if t < m and m % t == 0} | ({m} if m <= ROWS[-1] else set()))
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -155,7 +162,9 @@ def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip
     (tests/chip/test_predict.py). tgmm runs slower than this count where its groups are many (the model is
     0.56-0.8 of the sweep's times at Qwen3-30B-A3B's 128 groups: storing each group's accumulator, masking the
     rows of a tile two groups share), which no term here holds: at that call its first ran 9.4% over the
-    fastest."""
+    fastest. At uneven routing (128 experts, benchmarks/measured/v5e-2026-12-05-tiles-uneven-2b6da0b.json and
+    -sweep-gpt-oss-120b-uneven-f38ceff.json) `choose` takes the fastest tiling timed within the VMEM model for gmm
+    and dlhs (Qwen3-235B-A22B's gmm 0.8% over it) and tgmm 5.5-6% over (tests/jax/moe/test_tiles.py)."""
     ahead = lookahead and kernel != "tgmm" and t.tn % 128 == 0 and t.tk % 16 == 0  # as the port's tile hook allows
     classes, unhidden = _step_classes(kernel, m, k, n, groups, t, itemsize, ahead)
     mxu_fill = min(1.0, t.tm / on.mxu) * min(1.0, min(t.tk, t.tn) / on.mxu)
