@@ -88,39 +88,3 @@ def test_the_public_op_fetches_with_lookahead_unless_asked_for_upstreams_kernel(
     assert hook.rhs_lookahead() and hook.rhs_lookahead(1152, 2880)  # gpt-oss-20b's tuned gmm: lanes aligned
     assert not hook.rhs_lookahead(1440, 1024)  # the weights' columns off the lanes: Mosaic refuses the fetch
     assert not hook.rhs_lookahead(1024, 1000)  # their rows off a 16-bit sublane tile
-
-
-@pytest.mark.kernels_ci
-@pytest.mark.parametrize("transpose", [False, True], ids=["gmm", "dlhs"])
-def test_three_weights_buffers_give_the_same_numbers(kernel, emulation, transpose):
-    """`weights_buffers(3)`'s kernel (the weights `Buffered(3)`, two groups' blocks ahead): the same bits as two
-    buffers, short and empty groups included."""
-    _, backend, _ = _modules(kernel)
-    k, n = 256, 384
-    lhs, rhs, sizes = _operands(SIZES, k, n)
-    if transpose:
-        rhs = jnp.swapaxes(rhs, 1, 2)
-    with emulation.interpret_on_cpu("v5e"):
-        two, three = (np.asarray(backend.gmm(lhs, rhs, sizes, DEFAULT, jnp.float32, tiling=(128, 128, 128),
-                                             transpose_rhs=transpose, rhs_lookahead=True, rhs_buffers=b))
-                      for b in (2, 3))
-    np.testing.assert_array_equal(three, two)
-
-
-@pytest.mark.kernels_ci
-def test_the_weights_take_three_buffers_only_where_asked_and_they_fit(kernel, emulation):
-    """Two buffers unless `weights_buffers` asks more; then as many where the VMEM model fits them beside the tiles
-    on the chip (Qwen3-235B-A22B's gmm at 128 x 4096 x 512 on the v5e: three 4 MiB blocks in its 16 MiB scoped VMEM),
-    else two (its dlhs at 128 x 2048 x 1536: three 6 MiB blocks do not), two within `upstream_heuristics()`; fewer
-    than two refused."""
-    _, _, hook = _modules(kernel)
-    with emulation.emulated_chip("v5e"):
-        assert hook.rhs_buffers(False, 128, 4096, 512) == 2
-        with hook.weights_buffers(3):
-            assert hook.rhs_buffers(False, 128, 4096, 512) == 3
-            assert hook.rhs_buffers(True, 128, 2048, 1536) == 2
-            with hook.upstream_heuristics():
-                assert hook.rhs_buffers(False, 128, 4096, 512) == 2
-    with pytest.raises(ValueError, match="tokamax ragged_dot: the weights take at least 2 buffers, got 1"):
-        with hook.weights_buffers(1):
-            pass

@@ -1,9 +1,8 @@
 """Grouped matmul (MoE experts), fwd and fwd+bwd: `tokamax.ops.ragged_dot` (upstream's public op: its
 tuned table, else the package's tile choice) against `jax.lax.ragged_dot` (XLA), and the same op with the
 weights fetched one grid step ahead as upstream releases its kernel (`UPSTREAM_FETCH`: the port's lookahead
-off) and with three buffers of the weights (`THREE_BUFFERS`), so that one run shows what each is worth; at the
-model shapes of `models.EXPERTS` (rows spread evenly) and `models.IMBALANCED` (spread as an uneven router does,
-`models.ROUTING_SKEW`)."""
+off), so that one run shows what the lookahead is worth; at the model shapes of `models.EXPERTS` (rows spread
+evenly) and `models.IMBALANCED` (spread as an uneven router does, `models.ROUTING_SKEW`)."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from ..models import EXPERTS, IMBALANCED, ROUTING_SKEW
 from . import Workload, group_sizes, normal, summed, with_grads
 
 UPSTREAM_FETCH = "tokamax (weights one step ahead)"
-THREE_BUFFERS = "tokamax (weights in three buffers)"  # `tiles_hook.weights_buffers(3)`: two groups' blocks ahead
 
 
 def _traced_within(context: Callable[[], contextlib.AbstractContextManager], fn: Callable[..., Any]
@@ -35,7 +33,6 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
     hook = importlib.import_module(tk.ops.tpu.RaggedDot.__module__.rsplit(".", 1)[0] + ".tiles_hook")
     impls = {"tokamax": (tk.ops.ragged_dot, contextlib.nullcontext),
              UPSTREAM_FETCH: (tk.ops.ragged_dot, hook.weights_one_step_ahead),
-             THREE_BUFFERS: (tk.ops.ragged_dot, lambda: hook.weights_buffers(3)),
              "xla": (jax.lax.ragged_dot, contextlib.nullcontext)}
     for shape in (*EXPERTS, *IMBALANCED):
         def make_args(shape=shape) -> tuple:  # noqa: ANN001

@@ -79,20 +79,19 @@ def operand_tiles(kernel: str, t: Tiles) -> tuple[tuple[int, int], tuple[int, in
     return (t.tm, t.tk), (t.tm, t.tn), (t.tk, t.tn)  # tgmm: the contraction over m
 
 
-def vmem_bytes(kernel: str, t: Tiles, itemsize: int = 2, buffers: int = 2, weights_buffers: int = 2) -> int:
+def vmem_bytes(kernel: str, t: Tiles, itemsize: int = 2, buffers: int = 2) -> int:
     """What the kernel holds in VMEM: the input blocks in `buffers` buffers (upstream's Config's
-    `input_buffer_count`: the lhs's in gmm and dlhs, whose weights keep `weights_buffers`, two as released; both
-    inputs' in tgmm), the output block double-buffered, the float32 accumulator and the float32 product of a step
-    (before it is added)."""
+    `input_buffer_count`: the lhs's in gmm and dlhs, whose weights keep two, both inputs' in tgmm), the output
+    block double-buffered, the float32 accumulator and the float32 product of a step (before it is added)."""
     a, b, out = operand_tiles(kernel, t)
-    rhs_buffers = buffers if kernel == "tgmm" else weights_buffers
+    rhs_buffers = buffers if kernel == "tgmm" else 2
     return (itemsize * (buffers * a[0] * a[1] + rhs_buffers * b[0] * b[1]) + 2 * itemsize * out[0] * out[1]
             + 8 * out[0] * out[1])
 
 
-def fits(kernel: str, t: Tiles, on: Chip, itemsize: int = 2, buffers: int = 2, weights_buffers: int = 2) -> bool:
+def fits(kernel: str, t: Tiles, on: Chip, itemsize: int = 2, buffers: int = 2) -> bool:
     share = TGMM_VMEM_SHARE if kernel == "tgmm" else 1.0
-    return vmem_bytes(kernel, t, itemsize, buffers, weights_buffers) <= share * on.scoped_vmem
+    return vmem_bytes(kernel, t, itemsize, buffers) <= share * on.scoped_vmem
 
 
 GROUP_WEIGHTS_UNHIDDEN = 0.4

@@ -7,9 +7,6 @@ own heuristic, but for a tgmm whose tiles would not fit the scoped VMEM (`fitted
 `upstream_heuristics()` restores upstream's choice within a block: what the identity checks against
 upstream 0.0.17 compare under.
 
-`rhs_buffers(...)`: how many buffers gmm's weights blocks take (2 as released; `weights_buffers(n)` asks more, taken
-where they fit the scoped VMEM).
-
 `rhs_lookahead(...)`: whether gmm fetches the next group's weights block as soon as a buffer is free (port.kdl
 adds the switch to upstream's kernel), rather than one grid step ahead as released; off within
 `upstream_heuristics()` and `weights_one_step_ahead()` (what the chip benchmark compares against), and for weights
@@ -50,39 +47,6 @@ def weights_one_step_ahead() -> Iterator[None]:
         yield
     finally:
         _ONE_STEP.reset(reset)
-
-
-_WEIGHTS_BUFFERS = contextvars.ContextVar("tokamax_gmm_weights_buffers", default=2)
-
-
-@contextlib.contextmanager
-def weights_buffers(count: int) -> Iterator[None]:
-    """Within the block, gmm keeps `count` buffers of its weights blocks (2 as released; with more, fetched ahead
-    as far as they reach: Pallas's `Buffered(count, use_lookahead=True)`)."""
-    if count < 2:
-        raise ValueError(f"tokamax ragged_dot: the weights take at least 2 buffers, got {count}")
-    reset = _WEIGHTS_BUFFERS.set(count)
-    try:
-        yield
-    finally:
-        _WEIGHTS_BUFFERS.reset(reset)
-
-
-def rhs_buffers(dlhs: bool = False, tile_m: int | None = None, tile_k: int | None = None,
-                tile_n: int | None = None, itemsize: int = 2) -> int:
-    """The buffers of gmm's weights blocks for the call being traced (`dlhs`: the backward's gmm on transposed
-    weights; the tiles in upstream's Config's naming): 2 as upstream releases it (and within
-    `upstream_heuristics()`), or what `weights_buffers` asks where the package's VMEM model says they fit the
-    chip's scoped VMEM (`tokamax.moe.tiles.fits`), else 2."""
-    want = _WEIGHTS_BUFFERS.get()
-    if _UPSTREAM.get() or want == 2 or None in (tile_m, tile_k, tile_n):
-        return 2
-    rule = _rule()
-    if rule is None:
-        return 2
-    tiles = rule.Tiles(tile_m, tile_k, tile_n)
-    fits = rule.fits("dlhs" if dlhs else "gmm", tiles, rule.roofline.chip(), itemsize, weights_buffers=want)
-    return want if fits else 2
 
 
 LANES, SUBLANES = 128, 16
