@@ -365,3 +365,22 @@ def test_the_streamed_kernels_are_not_chosen_where_the_chip_ran_them_slower(kern
             assert r["median_s"] <= 1.12 * times[case, "xla"]["median_s"]
             checked += 1
     assert checked >= 10, checked
+
+
+@pytest.mark.kernels_ci
+def test_the_streamed_kernels_refuse_what_they_cannot_hold(kernel, emulation):
+    """Before anything is traced: a hidden size off the lanes, and a chunk whose blocks no VMEM holds (v7x's 64 MiB
+    at Llama 3 8B's hidden 4096 and chunks of 1024, which the compile tier's libtpu agrees with: the v5e and v6e
+    compile it), each named with the op and the argument."""
+    lm_head = kernel.lm_head
+    t = np.zeros(1024, np.int32)
+    m = np.ones(1024, np.float32)
+    with emulation.emulated_chip("v7x"):
+        with pytest.raises(ValueError, match=r"^tokamax lm_head loss_and_grads: streamed finds no vocabulary block .* "
+                                             r"a chunk of 1024 rows at hidden 4096 in the chip's VMEM \(64 MiB\)"):
+            lm_head.fused.loss_and_grads(np.zeros((1024, 4096), np.float32), np.zeros((256, 4096), np.float32), None,
+                                         t, m, lm_head.IDENTITY, chunk=1024, streamed=True)
+        with pytest.raises(ValueError, match=r"^tokamax lm_head loss_and_grads: streamed needs a hidden size that is "
+                                             r"a multiple of 128 .* got hidden 200"):
+            lm_head.fused.loss_and_grads(np.zeros((1024, 200), np.float32), np.zeros((256, 200), np.float32), None,
+                                         t, m, lm_head.IDENTITY, chunk=256, streamed=True)

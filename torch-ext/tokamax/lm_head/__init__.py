@@ -12,6 +12,7 @@ their gradients.
 - `kernels`: the forward and the two backward Pallas kernels.
 - `fused`: a cross-entropy with its gradients computed in the forward (Liger's scheme where it fits and is
   faster, else the kernels), for a loss that is the step's last op.
+- `accumulate`, `streamed`: the chunked scheme's dW added in a kernel; a chunk in two kernels with G in VMEM.
 - `loss`: that loss under `jax.grad` (`jax.custom_vjp`): transformers' labels loss for a JAX step.
 - `stats`: `row_stats` / `row_stats_vjp` at any size (padding), `statistics` (differentiable; `scheme=`).
 - `stored`: `statistics`' other scheme, plain XLA over chunks of rows with the softmax kept for the backward.

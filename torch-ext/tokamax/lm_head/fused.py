@@ -423,11 +423,14 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
         itemsize = jnp.dtype(x.dtype).itemsize
         acc_bytes = (itemsize + (1 if scaled_low and itemsize == 2 else itemsize) if pair_accumulator else 4) \
             if weight_grad else 0
+        if x.shape[1] % LANES:
+            raise ValueError(f"tokamax lm_head loss_and_grads: streamed needs a hidden size that is a multiple of "
+                             f"{LANES} (the TPU lays a [n, hidden] array off the lanes column-major); got hidden "
+                             f"{x.shape[1]}: take streamed=False")
         if streaming.block_for(chunk, x.shape[1], w.shape[0], itemsize, chip().vmem, acc_bytes) is None:
-            raise ValueError(f"tokamax lm_head loss_and_grads: streamed needs a hidden size on the lanes (a multiple "
-                             f"of {LANES}) and a vocabulary block of {streaming.BLOCKS} beside a chunk of {chunk} "
-                             f"rows in the chip's VMEM; got hidden {x.shape[1]}: take a smaller chunk or "
-                             f"streamed=False")
+            raise ValueError(f"tokamax lm_head loss_and_grads: streamed finds no vocabulary block of "
+                             f"{streaming.BLOCKS} that fits beside a chunk of {chunk} rows at hidden {x.shape[1]} "
+                             f"in the chip's VMEM ({chip().vmem >> 20} MiB): take a smaller chunk or streamed=False")
         return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator),
                         False, bool(scaled_low and itemsize == 2), streamed=True)
     kernel = bool(accumulator_kernel) and weight_grad and accumulate.fits(
