@@ -110,6 +110,7 @@ def main(argv: list[str]) -> int:
             lm_head_columns,
             lm_head_statistics,
             lm_head_statistics_columns,
+            lm_head_streamed,
             lm_head_vocab,
             moe,
             moe_uneven,
@@ -120,6 +121,7 @@ def main(argv: list[str]) -> int:
                   "lm_head_statistics": lm_head_statistics, "distill": distill}
         extra = {"lm_head_columns": lm_head_columns,  # run when named only
                  "lm_head_statistics_columns": lm_head_statistics_columns, "lm_head_vocab": lm_head_vocab,
+                 "lm_head_streamed": lm_head_streamed,
                  "moe_uneven": moe_uneven}
         names = [n for n in args.only.split(",") if n] or list(chosen)
         out = ResultsFile(args.out / "bench.json", header(args.commit, "bench"))

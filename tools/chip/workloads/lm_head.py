@@ -18,7 +18,6 @@ from . import Workload, normal, with_grads
 CHUNKS = (512, 1024, 2048)  # the chunked scheme at fixed chunks, beside the package's own choice
 PAIR_CHUNKS = (512, 1024)  # the same with dW accumulated in a bf16 pair (`pair_accumulator`)
 KERNEL_CHUNKS = (512, 768, 1024, 1280, 2048)  # with `lm_head.accumulate` adding dW, float32 and pair
-STREAMED_CHUNKS = (512, 768, 1024)  # each chunk in `lm_head.streamed`'s two kernels, float32 and pair
 WHOLE = "tokamax (whole-block bodies)"  # the kernels without their inner loop over columns (`whole_blocks`)
 BETA = 0.5
 
@@ -79,7 +78,7 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
 
     def labels(chunk: object, whole: bool = False, pair: bool | None = None, kernel: bool | None = None,  # noqa: ANN202
                scaled: bool | None = None, streamed: bool | None = None):
-        # pair, kernel, scaled and streamed None: as the package chooses (`fused.choose_scheme`, `fused.accumulation`)
+        # pair, kernel and scaled None: as the package chooses (`fused.choose_scheme`, `fused.accumulation`)
         def fn(x: jax.Array, w: jax.Array, t: jax.Array) -> tuple:
             weights = jnp.full(t.shape, 1.0 / t.shape[0], jnp.float32)
             plan = whole_blocks(lm_head, x, w) if whole else None
@@ -122,12 +121,6 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
                         ", accumulator kernel)")
                 yield Workload("lm_head_loss", case, impl, "fwd+bwd", lambda m=make, c=c, p=pair, q=scaled: (
                     labels(c, pair=p, kernel=True, scaled=q, streamed=False), m()), 3 * flops)
-        for c in STREAMED_CHUNKS:  # each chunk in `lm_head.streamed`'s kernels: float32, the pair, its low half in int8
-            for pair, scaled in ((False, False), (True, False), (True, True)):
-                impl = f"tokamax (chunks of {c}, streamed{', pair accumulator' if pair else ''}" \
-                       f"{', int8 low' if scaled else ''})"
-                yield Workload("lm_head_loss", case, impl, "fwd+bwd", lambda m=make, c=c, p=pair, q=scaled: (
-                    labels(c, pair=p, scaled=q, streamed=True), m()), 3 * flops)
         yield Workload("lm_head_loss", case, "xla", "fwd+bwd",
                        lambda m=make: (with_grads(xla_loss, (0, 1)), m()), 3 * flops)
 

@@ -1,0 +1,48 @@
+"""The labels path with each chunk in `lm_head.streamed`'s two kernels (G made in VMEM, never in HBM) at the heads of
+`models.HEADS`, in chunks of 512 to 1024 rows with dW in the float32 accumulator, the 16-bit pair and the int8 pair,
+beside XLA's plain loss and the package's own choice: what `fused.STREAMED`'s record holds. Run when named only (the
+package never takes it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import ModuleType
+
+import jax
+import jax.numpy as jnp
+
+from ..models import HEADS
+from . import Workload, with_grads
+from .lm_head import _head_args, xla_loss
+
+CHUNKS = (512, 768, 1024)  # 1280 at hidden 4096 fits no vocabulary block in the v5e's VMEM
+
+
+def workloads(tk: ModuleType) -> Iterator[Workload]:
+    lm_head = tk.lm_head
+
+    def labels(chunk: object, pair: bool | None = None, scaled: bool | None = None,  # noqa: ANN202
+               streamed: bool = True):
+        # pair and scaled None: as the package chooses (the default, "auto", is never streamed)
+        def fn(x: jax.Array, w: jax.Array, t: jax.Array) -> tuple:
+            weights = jnp.full(t.shape, 1.0 / t.shape[0], jnp.float32)
+            return lm_head.fused.loss_and_grads(x, w, None, t, weights, lm_head.IDENTITY, chunk=chunk,
+                                                pair_accumulator=pair, scaled_low=scaled, streamed=streamed)[:3]
+        return fn
+
+    for h in HEADS:
+        case = f"{h.model} head: {h.rows} rows, hidden {h.hidden}, vocabulary {h.vocab}"
+
+        def make(h=h) -> tuple:  # noqa: ANN001
+            return _head_args(h.rows, h.hidden, h.vocab)
+        flops = 6 * h.rows * h.hidden * h.vocab
+        yield Workload("lm_head_loss", case, "tokamax", "fwd+bwd", lambda m=make: (labels("auto", streamed=False), m()),
+                       flops)
+        for c in CHUNKS:  # float32, the pair, its low half in int8
+            for pair, scaled in ((False, False), (True, False), (True, True)):
+                impl = f"tokamax (chunks of {c}, streamed{', pair accumulator' if pair else ''}" \
+                       f"{', int8 low' if scaled else ''})"
+                yield Workload("lm_head_loss", case, impl, "fwd+bwd", lambda m=make, c=c, p=pair, q=scaled: (
+                    labels(c, pair=p, scaled=q), m()), flops)
+        yield Workload("lm_head_loss", case, "xla", "fwd+bwd", lambda m=make: (with_grads(xla_loss, (0, 1)), m()),
+                       flops)
