@@ -20,14 +20,20 @@ from tools.chip.workloads import (
 from tools.chip.workloads import lm_head as head_workloads
 
 
-@pytest.mark.kernels_ci
-def test_every_lm_head_workload_traces_for_the_v5e(kernel, emulation):
+def _traced(emulation, workloads, key) -> list:  # noqa: ANN001
+    """key(w) of each of `workloads`, each traced for the v5e first (a workload that fails to trace raises)."""
     traced = []
     with emulation.emulated_chip("v5e"):
-        for w in head_workloads.workloads(kernel):
+        for w in workloads:
             fn, specs = w.make_specs()
             jax.jit(fn).trace(*specs)
-            traced.append((w.op, w.impl, w.pass_))
+            traced.append(key(w))
+    return traced
+
+
+@pytest.mark.kernels_ci
+def test_every_lm_head_workload_traces_for_the_v5e(kernel, emulation):
+    traced = _traced(emulation, head_workloads.workloads(kernel), lambda w: (w.op, w.impl, w.pass_))
     assert ("lm_head_loss", head_workloads.WHOLE, "fwd") in traced
     assert ("lm_head_loss", "tokamax (whole-block bodies, kernels)", "fwd+bwd") in traced
     assert ("lm_head_loss", "tokamax (chunks of 1024, pair accumulator)", "fwd+bwd") in traced
@@ -68,12 +74,7 @@ def test_the_distillation_loss_gemma_attention_and_vocabulary_workloads_trace_fo
 @pytest.mark.kernels_ci
 def test_the_streamed_head_workloads_trace_for_the_v5e(kernel, emulation):
     """`lm_head_streamed` (run when named only): per head the default, 3 chunks x 3 accumulators streamed, XLA."""
-    traced = []
-    with emulation.emulated_chip("v5e"):
-        for w in lm_head_streamed.workloads(kernel):
-            fn, specs = w.make_specs()
-            jax.jit(fn).trace(*specs)
-            traced.append((w.case.split(" head")[0], w.impl))
+    traced = _traced(emulation, lm_head_streamed.workloads(kernel), lambda w: (w.case.split(" head")[0], w.impl))
     assert ("Gemma 3 4B", "tokamax (chunks of 1024, streamed, pair accumulator, int8 low)") in traced
     assert len(traced) == 3 * 11, traced
 

@@ -269,7 +269,7 @@ def _weighted(m: jax.Array, lse: jax.Array, zt: jax.Array, sum_z: jax.Array, voc
 
 def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
              z_loss: float, smoothing: float, chunk: int, weight_grad: bool, pair: bool, kernel: bool,
-             scaled: bool = False, streamed: bool = False
+             scaled: bool = False, streamed_block: int | None = None
              ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     rows, vocab = x.shape[0], w.shape[0]
     whole = rows // chunk * chunk
@@ -306,10 +306,10 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
             carry = (accumulate.add(dw, g_low, x_c, kernel, transposed), db + jnp.sum(g, axis=1 - v_axis))
         return carry, (loss, dx_c.astype(x.dtype))
 
-    if streamed:
-        step = _streamed_step(w, b, transform, z_loss, smoothing, weight_grad, pair, scaled)
+    if streamed_block:  # each chunk in `streamed`'s kernels at that vocabulary block
+        step = _streamed_step(w, b, transform, z_loss, smoothing, weight_grad, streamed_block)
     # the int8 low half is a kernel's alone (`accumulate`'s or `streamed`'s)
-    zeros = accumulate.start(w.shape, w.dtype, pair, scaled and (kernel or streamed))
+    zeros = accumulate.start(w.shape, w.dtype, pair, scaled and (kernel or bool(streamed_block)))
     carry = (zeros, jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
     losses, dxs = [], []
     if whole:  # the whole chunks in a scan
@@ -333,18 +333,13 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
 
 
 def _streamed_step(w: jax.Array, b: jax.Array, transform: LogitTransform, z_loss: float, smoothing: float,
-                   weight_grad: bool, pair: bool, scaled: bool):  # noqa: ANN202
-    """The chunked scheme's step in `streamed`'s two kernels: the same carry (dW's accumulator, db) and outputs."""
-    vocab, hidden = w.shape
-    itemsize = jnp.dtype(w.dtype).itemsize
-    acc_bytes = (itemsize + (1 if scaled else itemsize) if pair else 4) if weight_grad else 0
+                   weight_grad: bool, block: int):  # noqa: ANN202
+    """The chunked scheme's step in `streamed`'s two kernels at vocabulary blocks of `block` (what fits the whole
+    chunk fits the rows left too): the same carry (dW's accumulator, db) and outputs."""
+    vocab = w.shape[0]
 
     def step(carry, inputs):  # noqa: ANN001, ANN202
         x_c, t_c, m_c = inputs
-        block = streaming.block_for(x_c.shape[0], hidden, vocab, itemsize, chip().vmem, acc_bytes)
-        if block is None:  # `loss_and_grads` takes this way only where the whole chunk's block fits
-            raise ValueError(f"tokamax lm_head loss_and_grads: no vocabulary block of {streaming.BLOCKS} fits a "
-                             f"chunk of {x_c.shape[0]} rows at hidden {hidden} in the chip's VMEM")
         raw, lse, zt, sum_z = streaming.logits(x_c, w, b[None, :], t_c, transform=transform, block=block)
         nan_lse, nan_zt = target_checks.nan_rows([lse, zt], t_c, vocab)  # as the kernels' statistics
         loss = jnp.sum(_weighted(m_c, nan_lse, nan_zt, sum_z, vocab, z_loss, smoothing))
@@ -421,18 +416,19 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     bias = jnp.zeros((w.shape[0],), jnp.float32) if b is None else b.astype(jnp.float32)
     if streamed:
         itemsize = jnp.dtype(x.dtype).itemsize
-        acc_bytes = (itemsize + (1 if scaled_low and itemsize == 2 else itemsize) if pair_accumulator else 4) \
-            if weight_grad else 0
+        scaled = bool(scaled_low) and itemsize == 2
+        acc_bytes = streaming.accumulator_bytes(itemsize, bool(pair_accumulator), scaled, weight_grad)
+        block = streaming.block_for(chunk, x.shape[1], w.shape[0], itemsize, chip().vmem, acc_bytes)
         if x.shape[1] % LANES:
             raise ValueError(f"tokamax lm_head loss_and_grads: streamed needs a hidden size that is a multiple of "
                              f"{LANES} (the TPU lays a [n, hidden] array off the lanes column-major); got hidden "
                              f"{x.shape[1]}: take streamed=False")
-        if streaming.block_for(chunk, x.shape[1], w.shape[0], itemsize, chip().vmem, acc_bytes) is None:
+        if block is None:
             raise ValueError(f"tokamax lm_head loss_and_grads: streamed finds no vocabulary block of "
                              f"{streaming.BLOCKS} that fits beside a chunk of {chunk} rows at hidden {x.shape[1]} "
                              f"in the chip's VMEM ({chip().vmem >> 20} MiB): take a smaller chunk or streamed=False")
         return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator),
-                        False, bool(scaled_low and itemsize == 2), streamed=True)
+                        False, scaled, streamed_block=block)
     kernel = bool(accumulator_kernel) and weight_grad and accumulate.fits(
         chunk, x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip().vmem, w.shape[0] % LANES != 0)
     return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator), kernel,

@@ -36,6 +36,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from . import accumulate
 from .blocks import LANES, vmem_limit
+from .kernels import _contract
 from .transform import LogitTransform
 
 BLOCKS = (1024, 512, 256, 128)
@@ -44,8 +45,12 @@ VMEM_SHARE = 0.8
 """Of the scoped limit the kernels are compiled with: Mosaic's own temporaries beside what `vmem_bytes` counts."""
 
 
-def _contract(a: jax.Array, b: jax.Array, dims: tuple[int, int]) -> jax.Array:
-    return jax.lax.dot_general(a, b, (((dims[0],), (dims[1],)), ((), ())), preferred_element_type=jnp.float32)
+def accumulator_bytes(itemsize: int, pair: bool, scaled: bool, weight_grad: bool = True) -> int:
+    """Bytes per entry of dW's accumulator as `gradients` moves it: float32 (4), the pair in w's dtype, its low half
+    in int8 with `scaled`; 0 for a frozen head (no accumulator)."""
+    if not weight_grad:
+        return 0
+    return itemsize + (1 if scaled else itemsize) if pair else 4
 
 
 def vmem_bytes(kernel: str, chunk: int, hidden: int, block: int, itemsize: int, acc_bytes: int = 4) -> int:
