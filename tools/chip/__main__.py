@@ -73,7 +73,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", default="", help="bench: comma-separated workload modules "
                         "(step,attention,moe,lm_head,lm_head_statistics,distill); check: families (models and the JAX "
                         "tier's case families: check.families()); "
-                        "tune: expert shapes (models.EXPERTS' model names); sweep: \"uneven\" for models.IMBALANCED")
+                        "tune: expert shapes (models.EXPERTS' model names); sweep: \"uneven\" for models.IMBALANCED, \"wide\" for "
+                        "the tiles past the default scoped VMEM only, at the raised limit")
     parser.add_argument("--impl", default="", help="bench: only the workloads of these impls (separated by commas "
                         "without a space, e.g. tokamax,xla: the package's own choice beside XLA's; a name's own "
                         "', ' stays in it)")
@@ -150,7 +151,8 @@ def main(argv: list[str]) -> int:
             out.add(r)
 
         start = time.perf_counter()
-        chosen = [w for w in sweep.workloads(tk, uneven=args.only == "uneven") if args.case in w.case]
+        only = set(args.only.split(","))
+        chosen = [w for w in sweep.workloads(tk, uneven="uneven" in only, wide="wide" in only) if args.case in w.case]
         run(chosen, record, jobs=args.jobs, runs=min(args.runs, 5), warmup=1)
         print(f"sweep: {time.perf_counter() - start:.0f} s", flush=True)
     return int(status)

@@ -2,7 +2,10 @@
 backward's dlhs `gmm` on the transposed weights, its drhs `tgmm`) at each model shape of `models.EXPERTS`,
 over a grid of tiles; what the tile rule (`tokamax.ragged_dot_tiles`) is checked against. With `uneven`, the shapes
 of `models.IMBALANCED` with their rows spread as an uneven router does (`models.ROUTING_SKEW`), over a wider grid
-(`UNEVEN_TILE_M`: row tiles down to 128). Both grids take each dimension whole as well as in tiles of `TILE_KN`."""
+(`UNEVEN_TILE_M`: row tiles down to 128). Both grids take each dimension whole as well as in tiles of `TILE_KN`.
+With `wide`, only the tilings past libtpu's default scoped VMEM that the package's raised limit holds
+(`tokamax.moe.tiles.vmem_limit`), each compiled with that limit, beside the fastest the default held in the last sweep
+(`REFERENCE`), in the same run."""
 
 from __future__ import annotations
 
@@ -20,6 +23,11 @@ TILE_M = (256, 512, 1024)
 TILE_KN = (512, 1024, 2048)
 UNEVEN_TILE_M = (128, 256, 512)
 LOOSE_VMEM = 24 << 20  # tiles past this never fit a v5e's 16 MiB scoped VMEM: not compiled
+REFERENCE = {("Qwen3-235B-A22B", "gmm"): (256, 4096, 512), ("Qwen3-235B-A22B", "dlhs"): (128, 1536, 2048),
+             ("Qwen3-235B-A22B", "tgmm"): (128, 1024, 1536), ("gpt-oss-120b", "gmm"): (128, 2880, 1024),
+             ("gpt-oss-120b", "dlhs"): (128, 5760, 512), ("gpt-oss-120b", "tgmm"): (128, 2880, 512)}
+"""The fastest tiling per kernel the default scoped VMEM held at the uneven shapes (v5e-2026-12-05-tiles-uneven-2b6da0b,
+-sweep-gpt-oss-120b-uneven-f38ceff), (m, k, n) as the kernel is called."""
 
 
 def _clip(tile: int, size: int) -> int:
@@ -30,20 +38,38 @@ def _vmem(a: tuple[int, int], b: tuple[int, int], out: tuple[int, int]) -> int:
     return 2 * 2 * (a[0] * a[1] + b[0] * b[1]) + 3 * 2 * out[0] * out[1] + 4 * out[0] * out[1]
 
 
-def tiles(m: int, k: int, n: int, uneven: bool = False) -> Iterator[tuple[int, int, int]]:
+def tiles(m: int, k: int, n: int, uneven: bool = False, loose: int = LOOSE_VMEM) -> Iterator[tuple[int, int, int]]:
     seen = set()
     # the whole dimension too: the rule offers it (`tiles._options`)
     grid = itertools.product(UNEVEN_TILE_M if uneven else TILE_M, (*TILE_KN, k), (*TILE_KN, n))
     for tm, tk, tn in grid:
         t = (_clip(tm, m), _clip(tk, k), _clip(tn, n))
-        if t not in seen and _vmem((t[0], t[1]), (t[1], t[2]), (t[0], t[2])) <= LOOSE_VMEM:
+        if t not in seen and _vmem((t[0], t[1]), (t[1], t[2]), (t[0], t[2])) <= loose:
             seen.add(t)
             yield t
 
 
-def workloads(tk: ModuleType, uneven: bool = False) -> Iterator[Workload]:
+def _wide(tk: ModuleType, kernel: str, tiles: Iterator[tuple[int, int, int]], reference: tuple | None
+          ) -> Iterator[tuple[tuple[int, int, int], int | None]]:
+    """(tiles, vmem_limit_bytes): those past the default scoped VMEM that the raised limit holds, and `reference`."""
+    rule, on = tk.moe.tiles, tk.roofline.chip()
+    for t in tiles:
+        named = rule.Tiles(t[0], t[2], t[1]) if kernel == "dlhs" else rule.Tiles(*t)  # dlhs: Config's names
+        limit = rule.vmem_limit(kernel, named, on)
+        if t == reference or (limit is not None and rule.fits(kernel, named, on)):
+            yield t, limit
+
+
+def workloads(tk: ModuleType, uneven: bool = False, wide: bool = False) -> Iterator[Workload]:
     rd = tk.ragged_dot
     skew = ROUTING_SKEW if uneven else 0.0
+    loose = 80 << 20 if wide else LOOSE_VMEM
+
+    def grid(m: int, k: int, n: int, kernel: str, model: str) -> Iterator[tuple[tuple[int, int, int], int | None]]:
+        found = tiles(m, k, n, uneven, loose)
+        return _wide(tk, kernel, found, REFERENCE.get((model.split(",")[0], kernel))) if wide else (
+            (t, None) for t in found)
+
     for s in IMBALANCED if uneven else EXPERTS:
         case = f"{s.model}: {s.rows} x {s.hidden} -> {s.out}, {s.experts} experts"
         flops = 2 * s.rows * s.hidden * s.out
@@ -61,16 +87,27 @@ def workloads(tk: ModuleType, uneven: bool = False) -> Iterator[Workload]:
                     group_sizes(s.rows, s.experts, skew=skew))
 
         # (kernel, inputs, its (m, k, n) as tiled: m the rows, k the contracted or first output dim, n the other)
-        for t in tiles(s.rows, s.hidden, s.out, uneven):
-            def gmm(a, b, g, t=t):  # noqa: ANN001, ANN202
-                return rd.gmm(a, b, g, precision=jax.lax.Precision.DEFAULT, out_dtype=jnp.bfloat16, tiling=t)
-            yield Workload("gmm", case, "x".join(map(str, t)), "fwd", lambda f=gmm, m=fwd: (f, m()), flops)
-        for t in tiles(s.rows, s.out, s.hidden, uneven):  # dlhs: contracts `out`, writes `hidden`
-            def gmm_t(a, b, g, t=t):  # noqa: ANN001, ANN202
+        for t, limit in grid(s.rows, s.hidden, s.out, "gmm", s.model):
+            def gmm(a, b, g, t=t, limit=limit):  # noqa: ANN001, ANN202
                 return rd.gmm(a, b, g, precision=jax.lax.Precision.DEFAULT, out_dtype=jnp.bfloat16, tiling=t,
-                              transpose_rhs=True)
-            yield Workload("dlhs", case, "x".join(map(str, t)), "fwd", lambda f=gmm_t, m=dlhs: (f, m()), flops)
-        for t in tiles(s.rows, s.hidden, s.out, uneven):
-            def tgmm(a, b, g, t=t):  # noqa: ANN001, ANN202
-                return rd.tgmm(a, b, g, precision=jax.lax.Precision.DEFAULT, out_dtype=jnp.bfloat16, tiling=t)
-            yield Workload("tgmm", case, "x".join(map(str, t)), "fwd", lambda f=tgmm, m=drhs: (f, m()), flops)
+                              **_limit(limit))
+            yield Workload("gmm", case, _name(t, limit), "fwd", lambda f=gmm, m=fwd: (f, m()), flops)
+        for t, limit in grid(s.rows, s.out, s.hidden, "dlhs", s.model):  # dlhs: contracts `out`, writes `hidden`
+            def gmm_t(a, b, g, t=t, limit=limit):  # noqa: ANN001, ANN202
+                return rd.gmm(a, b, g, precision=jax.lax.Precision.DEFAULT, out_dtype=jnp.bfloat16, tiling=t,
+                              transpose_rhs=True, **_limit(limit))
+            yield Workload("dlhs", case, _name(t, limit), "fwd", lambda f=gmm_t, m=dlhs: (f, m()), flops)
+        for t, limit in grid(s.rows, s.hidden, s.out, "tgmm", s.model):
+            def tgmm(a, b, g, t=t, limit=limit):  # noqa: ANN001, ANN202
+                return rd.tgmm(a, b, g, precision=jax.lax.Precision.DEFAULT, out_dtype=jnp.bfloat16, tiling=t,
+                               **_limit(limit))
+            yield Workload("tgmm", case, _name(t, limit), "fwd", lambda f=tgmm, m=drhs: (f, m()), flops)
+
+
+def _limit(limit: int | None) -> dict:
+    """The kernels' `vmem_limit_bytes` (port.kdl's argument) where raised; nothing otherwise (the call as before)."""
+    return {} if limit is None else {"vmem_limit_bytes": limit}
+
+
+def _name(t: tuple[int, int, int], limit: int | None) -> str:
+    return "x".join(map(str, t)) + ("" if limit is None else f" (VMEM {limit >> 20} MiB)")

@@ -52,6 +52,12 @@ class Chip(NamedTuple):
         scoped = self.vmem // 2
         return scoped // 4 if self.generation == 5 else scoped // 2 if self.generation == 6 else scoped
 
+    @property
+    def raised_vmem(self) -> int:
+        """The scoped VMEM limit the grouped matmul raises its own to where the package's tiles need more than
+        `scoped_vmem`: half the chip's VMEM (64 MiB on v5e and v6e, 32 MiB on v7x: its default)."""
+        return self.vmem // 2
+
 
 def seconds(flops: float, bytes_accessed: float, steps: int, on: Chip, mxu_fill: float = 1.0,
             serial: float = 0.0) -> float:

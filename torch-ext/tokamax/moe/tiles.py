@@ -90,8 +90,16 @@ def vmem_bytes(kernel: str, t: Tiles, itemsize: int = 2, buffers: int = 2) -> in
 
 
 def fits(kernel: str, t: Tiles, on: Chip, itemsize: int = 2, buffers: int = 2) -> bool:
+    """Whether the tiles fit the VMEM the kernel is compiled with: the chip's raised limit (`vmem_limit`)."""
     share = TGMM_VMEM_SHARE if kernel == "tgmm" else 1.0
-    return vmem_bytes(kernel, t, itemsize, buffers) <= share * on.scoped_vmem
+    return vmem_bytes(kernel, t, itemsize, buffers) <= share * on.raised_vmem
+
+
+def vmem_limit(kernel: str, t: Tiles, on: Chip, itemsize: int = 2, buffers: int = 2) -> int | None:
+    """The `vmem_limit_bytes` the kernel is compiled with at tiles `t` (port.kdl's argument, asked by the Op through
+    `tiles_hook.vmem_limit`): None, libtpu's default, where they fit the default scoped VMEM, else the chip's raised
+    limit (`Chip.raised_vmem`), which `fits` holds them to."""
+    return None if vmem_bytes(kernel, t, itemsize, buffers) <= on.scoped_vmem else on.raised_vmem
 
 
 GROUP_WEIGHTS_UNHIDDEN = 0.4

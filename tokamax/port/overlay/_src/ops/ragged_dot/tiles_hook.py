@@ -11,6 +11,10 @@ upstream 0.0.17 compare under.
 adds the switch to upstream's kernel), rather than one grid step ahead as released; off within
 `upstream_heuristics()` and `weights_one_step_ahead()` (what the chip benchmark compares against), and for weights
 tiles off the lanes.
+
+`vmem_limit(...)`: the scoped VMEM limit gmm and tgmm are compiled with (port.kdl adds the argument): libtpu's
+default (None) within `upstream_heuristics()` and wherever the tiles fit it, else the package's raised limit for
+tiles its rule took past the default (`tokamax.moe.tiles.vmem_limit`).
 """
 
 from __future__ import annotations
@@ -126,6 +130,17 @@ def fitted(ba: Any, chosen: Any, config_cls: type, default_dims: Any, dlhs_dims:
     tm, tk, tn = rule.choose(kernel, m, k, n, groups, on, itemsize)
     return config_cls(tile_m=tm, tile_k=tk, tile_n=tn, input_buffer_count=chosen.input_buffer_count,
                       combine_scopes=chosen.combine_scopes)
+
+
+def vmem_limit(kernel: str, config: Any, lhs: Any, rhs: Any) -> int | None:
+    """`vmem_limit_bytes` for `kernel` ("gmm", "dlhs" or "tgmm") at upstream's Config `config` (its names: for dlhs
+    tile_k tiles the output): None (libtpu's default) within `upstream_heuristics()`, without the package, or where
+    the tiles fit the default scoped VMEM; else the rule's raised limit."""
+    if _UPSTREAM.get() or (rule := _rule()) is None:
+        return None
+    tiles = rule.Tiles(config.tile_m, config.tile_k, config.tile_n)
+    return rule.vmem_limit(kernel, tiles, rule.roofline.chip(), max(_itemsize(lhs), _itemsize(rhs)),
+                           config.input_buffer_count)
 
 
 def config(ba: Any, config_cls: type, default_dims: Any, dlhs_dims: Any, drhs_dims: Any) -> Any:
