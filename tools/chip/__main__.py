@@ -74,7 +74,8 @@ def main(argv: list[str]) -> int:
                         "(step,attention,moe,lm_head,lm_head_statistics,distill); check: families (models and the JAX "
                         "tier's case families: check.families()); "
                         "tune: expert shapes (models.EXPERTS' model names); sweep: \"uneven\" for models.IMBALANCED, \"wide\" for "
-                        "the tiles past the default scoped VMEM only, at the raised limit")
+                        "the tiles past the default scoped VMEM only, at the raised limit, \"ranked\" for the rule's "
+                        "first four")
     parser.add_argument("--impl", default="", help="bench: only the workloads of these impls (separated by commas "
                         "without a space, e.g. tokamax,xla: the package's own choice beside XLA's; a name's own "
                         "', ' stays in it)")
@@ -152,7 +153,8 @@ def main(argv: list[str]) -> int:
 
         start = time.perf_counter()
         only = set(args.only.split(","))
-        chosen = [w for w in sweep.workloads(tk, uneven="uneven" in only, wide="wide" in only) if args.case in w.case]
+        chosen = [w for w in sweep.workloads(tk, uneven="uneven" in only, wide="wide" in only,
+                                                   ranked=4 * ("ranked" in only)) if args.case in w.case]
         run(chosen, record, jobs=args.jobs, runs=min(args.runs, 5), warmup=1)
         print(f"sweep: {time.perf_counter() - start:.0f} s", flush=True)
     return int(status)

@@ -5,7 +5,8 @@ of `models.IMBALANCED` with their rows spread as an uneven router does (`models.
 (`UNEVEN_TILE_M`: row tiles down to 128). Both grids take each dimension whole as well as in tiles of `TILE_KN`.
 With `wide`, only the tilings past libtpu's default scoped VMEM that the package's raised limit holds
 (`tokamax.moe.tiles.vmem_limit`), each compiled with that limit, beside the fastest the default held in the last sweep
-(`REFERENCE`), in the same run."""
+(`REFERENCE`), in the same run. With `ranked`, the tilings the rule ranks first (`tokamax.moe.tiles.rank`, its
+choice first), each at the VMEM limit the package compiles it with."""
 
 from __future__ import annotations
 
@@ -60,12 +61,25 @@ def _wide(tk: ModuleType, kernel: str, tiles: Iterator[tuple[int, int, int]], re
             yield t, limit
 
 
-def workloads(tk: ModuleType, uneven: bool = False, wide: bool = False) -> Iterator[Workload]:
+def _ranked(tk: ModuleType, kernel: str, m: int, k: int, n: int, groups: int, count: int
+            ) -> Iterator[tuple[tuple[int, int, int], int | None]]:
+    """The rule's first `count` tilings (as the kernel is called) and the limit each compiles with."""
+    rule, on = tk.moe.tiles, tk.roofline.chip()
+    chosen = rule.choose(kernel, m, k, n, groups, on)
+    ranked = [t for t in rule.rank(kernel, m, k, n, groups, rule.candidates(m, k, n), on) if t != chosen]
+    for t in [chosen, *ranked[:count - 1]]:
+        yield (t.tm, t.tn, t.tk) if kernel == "dlhs" else tuple(t), rule.vmem_limit(kernel, t, on)
+
+
+def workloads(tk: ModuleType, uneven: bool = False, wide: bool = False, ranked: int = 0) -> Iterator[Workload]:
     rd = tk.ragged_dot
     skew = ROUTING_SKEW if uneven else 0.0
     loose = 80 << 20 if wide else LOOSE_VMEM
 
     def grid(m: int, k: int, n: int, kernel: str, model: str) -> Iterator[tuple[tuple[int, int, int], int | None]]:
+        if ranked:  # the rule's own names: dlhs's k is the output (the sweep's n)
+            s_ = next(e for e in (*EXPERTS, *IMBALANCED) if e.model == model)
+            return _ranked(tk, kernel, s_.rows, s_.hidden, s_.out, s_.experts, ranked)
         found = tiles(m, k, n, uneven, loose)
         return _wide(tk, kernel, found, REFERENCE.get((model.split(",")[0], kernel))) if wide else (
             (t, None) for t in found)

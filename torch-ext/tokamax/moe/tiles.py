@@ -180,11 +180,15 @@ def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip
                if count > 0) + unhidden / on.hbm_bandwidth
 
 
+def candidates(m: int, k: int, n: int) -> list[Tiles]:
+    """Every tiling `choose` weighs at (m, k, n), fitting or not."""
+    return [Tiles(*t) for t in itertools.product(_row_options(m), _options(k, COLUMNS), _options(n, COLUMNS))]
+
+
 def choose(kernel: str, m: int, k: int, n: int, groups: int, on: Chip, itemsize: int = 2) -> Tiles:
     """The fastest fitting tiles for `kernel` at (m, k, n) over `groups` groups on `on`; upstream's default where
     no row tile divides m (the kernels refuse such an m whatever the tiles: upstream's op falls back as before)."""
-    candidates = [Tiles(*t) for t in itertools.product(_row_options(m), _options(k, COLUMNS), _options(n, COLUMNS))]
-    fitting = [t for t in candidates if fits(kernel, t, on, itemsize)]
+    fitting = [t for t in candidates(m, k, n) if fits(kernel, t, on, itemsize)]
     if not fitting:
         return Tiles(128, 128, 128)
     # ties (within 1%) go to the larger row tile, then the larger tiles: fewer steps than the model counts
