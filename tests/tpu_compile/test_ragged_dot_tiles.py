@@ -63,6 +63,33 @@ def kernel_calls(module_text: str) -> dict[str, set[tuple]]:
     return calls
 
 
+_CALL = re.compile(r"custom_call @tpu_custom_call[^\n]*")
+_NAME = re.compile(r"pallas_tpu_ragged_dot_[a-z_]+")
+_SCOPED = re.compile(r"scoped_memory_configs\\22: \[\{[^}]*?\\22size\\22: (\d+)")
+_CALLED = {"pallas_tpu_ragged_dot_gmm": "gmm", "pallas_tpu_ragged_dot_gmm_transpose_rhs": "dlhs",
+           "pallas_tpu_ragged_dot_tgmm": "tgmm"}
+
+
+def vmem_limits(module_text: str) -> dict[str, set[int | None]]:
+    """kernel -> {the scoped VMEM limit its Mosaic calls are compiled with, None for libtpu's default}."""
+    limits: dict[str, set[int | None]] = {}
+    for line in _CALL.findall(module_text):
+        if (name := _NAME.search(line)) is None:
+            continue
+        size = _SCOPED.search(line)
+        limits.setdefault(_CALLED[name.group(0)], set()).add(int(size.group(1)) if size else None)
+    return limits
+
+
+def test_the_vmem_limits_are_read():
+    text = ('%1 = stablehlo.custom_call @tpu_custom_call(%a) {backend_config = "{\\22custom_call_config\\22: '
+            '{\\22kernel_name\\22: \\22pallas_tpu_ragged_dot_gmm_transpose_rhs\\22, \\22scoped_memory_configs\\22: '
+            '[{\\22memory_space\\22:1, \\22offset\\22: 0, \\22size\\22: 67108864}]}"}\n'
+            '%2 = stablehlo.custom_call @tpu_custom_call(%b) {backend_config = "{\\22kernel_name\\22: '
+            '\\22pallas_tpu_ragged_dot_tgmm\\22}"}\n')
+    assert vmem_limits(text) == {"dlhs": {67108864}, "tgmm": {None}}
+
+
 def _tiles(config: tuple) -> tuple[int, int, int]:
     c = dict(config)
     return c["tile_m"], c["tile_k"], c["tile_n"]
@@ -90,7 +117,8 @@ def test_the_call_lowers_with_the_rules_tiles(kernel, case, shape, grad):
     m, k, n, groups = shape.rows, shape.hidden, shape.out, shape.experts
     # each kernel's operands as upstream's Config names the dimensions (tokamax.moe.tiles)
     operands = {"gmm": ((m, k), (groups, k, n)), "dlhs": ((m, n), (groups, k, n)), "tgmm": ((m, k), (m, n))}
-    calls = kernel_calls(compiler.lower(case, kernel).as_text())
+    text = compiler.lower(case, kernel).as_text()
+    calls = kernel_calls(text)
     assert set(calls) == ({"gmm", "dlhs", "tgmm"} if grad else {"gmm"}), calls
     for which, found in calls.items():
         assert len(found) == 1, f"{which}: more than one call or Config: {found}"
@@ -113,8 +141,12 @@ def test_the_call_lowers_with_the_rules_tiles(kernel, case, shape, grad):
                 assert found == upstream[which], (which, found, upstream[which])
         return
     measured = _module(kernel, "moe.measured")
+    limits = vmem_limits(text)
     for which, found in calls.items():
         [(config, *_)] = found
+        # the scoped VMEM raised for tiles past libtpu's default (port.kdl's vmem_limit_bytes), and only for those
+        want = tiles.vmem_limit(which, tiles.Tiles(*_tiles(config)), figures, 2, dict(config)["input_buffer_count"])
+        assert limits.get(which) == {want}, f"{case.name} {which}: VMEM limits {limits.get(which)}, expected {want}"
         # the tiles the chip measured fastest where its shipped file holds the call (the v5e at these shapes)
         held = measured.lookup(figures.kind, measured.Key(which, m, k, n, groups, 2))
         expected = tiles.Tiles(*held.tiles) if held else tiles.choose(which, m, k, n, groups, figures, 2)

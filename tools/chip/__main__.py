@@ -73,9 +73,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", default="", help="bench: comma-separated workload modules "
                         "(step,attention,moe,lm_head,lm_head_statistics,distill); check: families (models and the JAX "
                         "tier's case families: check.families()); "
-                        "tune: expert shapes (models.EXPERTS' model names); sweep: \"uneven\" for models.IMBALANCED, \"wide\" for "
-                        "the tiles past the default scoped VMEM only, at the raised limit, \"ranked\" for the rule's "
-                        "first four")
+                        "tune: expert shapes (models.EXPERTS' model names); sweep: \"uneven\" for "
+                        "models.IMBALANCED, \"wide\" for the tiles past the default scoped VMEM only, at the raised "
+                        "limit, \"ranked\" for the rule's first four")
     parser.add_argument("--impl", default="", help="bench: only the workloads of these impls (separated by commas "
                         "without a space, e.g. tokamax,xla: the package's own choice beside XLA's; a name's own "
                         "', ' stays in it)")

@@ -39,21 +39,30 @@ SHAPES = {s.model: s for s in EXPERTS}
 
 
 @pytest.fixture(scope="module")
-def sweep(tiles) -> list[tuple[str, str, object, float | None]]:
+def sweep(tiles, v5e) -> list[tuple[str, str, object, float | None]]:
     """(model, kernel, Tiles in upstream's Config naming, median seconds or None where it failed to compile): every
-    sweep's records, a later sweep's where two timed the same tiling."""
+    sweep's records of a tiling at the VMEM limit the package compiles it with (`tiles.vmem_limit`: libtpu's default
+    within it, the raised limit past it), a later sweep's where two timed the same tiling."""
     assert SWEEP, "no v5e sweep in benchmarks/measured"
-    return _records(tiles, SWEEP)
+    return _records(tiles, v5e, SWEEP)
 
 
-def _records(tiles, paths) -> list[tuple[str, str, object, float | None]]:  # noqa: ANN001
+def _records(tiles, on, paths, as_compiled: bool = True) -> list:  # noqa: ANN001
+    """With `as_compiled`, only the records at the limit the package compiles each tiling with; else every record,
+    with that limit: (model, kernel, tiles, seconds, limit in bytes or None)."""
     found = {}
     for path in paths:
         for r in json.loads(path.read_text())["records"]:
-            a, b, c = map(int, r["impl"].split("x"))
+            shape, _, raised = r["impl"].partition(" (VMEM ")  # the wide sweeps: "256x4096x1536 (VMEM 64 MiB)"
+            a, b, c = map(int, shape.split("x"))
             t = tiles.Tiles(a, c, b) if r["op"] == "dlhs" else tiles.Tiles(a, b, c)  # dlhs swept as (m, n, k)
-            found[(r["case"].split(":")[0], r["op"], t)] = r["median_s"]
-    return [(*key, seconds) for key, seconds in found.items()]
+            limit = int(raised.split()[0]) << 20 if raised else None
+            if as_compiled and limit != tiles.vmem_limit(r["op"], t, on):
+                continue  # compiled at another limit than the package gives it
+            found[(r["case"].split(":")[0], r["op"], t, limit)] = r["median_s"]
+    if as_compiled:
+        return [(m, k, t, seconds) for (m, k, t, _), seconds in found.items()]
+    return [(m, k, t, seconds, limit) for (m, k, t, limit), seconds in found.items()]
 
 
 def _dims(spec: str) -> list[int]:
@@ -86,10 +95,17 @@ def tuned_calls(path: Path, buffers: int = 2) -> list[tuple[str, tuple[int, int,
 
 @pytest.mark.kernels_ci
 def test_every_tiling_the_vmem_model_admits_compiled_on_the_v5e(tiles, v5e, sweep):
+    """Each at the limit the package compiles it with: within libtpu's default scoped VMEM at the default, past it at
+    the raised limit (the wide sweeps: every tiling they compiled there was within the model's raised bound, so that
+    bound itself was not probed from above; the default's was: tilings past it failed at it)."""
     admitted = [(m, k, t, s) for m, k, t, s in sweep if tiles.fits(k, t, v5e)]
     failed = [(m, k, t) for m, k, t, s in admitted if s is None]
     assert len(admitted) > 100 and not failed, f"admitted by the model, refused by the v5e's compiler: {failed}"
-    assert any(s is None for *_, s in sweep), "the sweep reached no tiling past the VMEM limit: no bound was tried"
+    raised = [t for m, k, t, s in sweep if tiles.vmem_limit(k, t, v5e) is not None]
+    assert len(raised) > 100, f"{len(raised)} tilings timed at the raised limit"
+    past_default = [s for m, k, t, s, limit in _records(tiles, v5e, SWEEP, as_compiled=False)
+                    if limit is None and tiles.vmem_bytes(k, t) > v5e.scoped_vmem]
+    assert None in past_default, "the sweep reached no tiling past the default VMEM limit: no bound was tried"
 
 
 @pytest.mark.kernels_ci
@@ -129,7 +145,7 @@ def test_at_uneven_routing_the_rule_is_near_the_fastest_it_admits(tiles, v5e, mo
     v5e timed that the rule may take (within its VMEM model, row tiles of 128 and more); the gmm and dlhs of
     gpt-oss-120b, which ran out of HBM making their inputs in the first sweep, from the second."""
     s = next(e for e in IMBALANCED if e.model == model)
-    measured = [(t, sec) for m, k, t, sec in _records(tiles, UNEVEN) if m == model and k == kernel_name]
+    measured = [(t, sec) for m, k, t, sec in _records(tiles, v5e, UNEVEN) if m == model and k == kernel_name]
     times = {t: sec for t, sec in measured if sec is not None and tiles.fits(kernel_name, t, v5e)}
     assert len(times) >= 10 and any(t.tm == 128 for t in times), f"{model} {kernel_name}: {len(times)} tilings timed"
     chosen = tiles.choose(kernel_name, s.rows, s.hidden, s.out, s.experts, v5e)
@@ -228,3 +244,25 @@ def test_the_public_op_with_the_rules_tiles_matches_the_reference(kernel, emulat
     for name, g_, w in zip(("out", "dlhs", "drhs"), got, want, strict=True):
         # float32 sums of 720 (out, dlhs: 640) terms in another order: a few units of 2^-24 relative
         assert float(jnp.linalg.norm(g_[:kept] - w[:kept]) / jnp.linalg.norm(w[:kept])) < 1e-5, name
+
+
+@pytest.mark.kernels_ci
+def test_the_op_raises_the_vmem_limit_only_for_tiles_past_the_default(kernel, emulation, tiles):
+    """port.kdl's `vmem_limit_bytes`, as the Op asks the tile hook: the chip's raised limit for tiles past libtpu's
+    default scoped VMEM (Qwen3-235B-A22B's gmm in 128 x 4096 x 1536, 28 MiB by `tiles.vmem_bytes`), libtpu's default
+    (None) for tiles within it, within `upstream_heuristics()`, and on TPU7x (whose raised limit is its default)."""
+    import importlib
+
+    op = importlib.import_module(kernel.ops.tpu.RaggedDot.__module__)
+    hook = importlib.import_module(op.__name__.rsplit(".", 1)[0] + ".tiles_hook")
+    lhs = jax.ShapeDtypeStruct((65536, 4096), jnp.bfloat16)
+    rhs = jax.ShapeDtypeStruct((128, 4096, 1536), jnp.bfloat16)
+    wide, narrow = op.Config(tile_m=128, tile_k=4096, tile_n=1536), op.Config(tile_m=256, tile_k=4096, tile_n=512)
+    with emulation.emulated_chip("v5e"):
+        assert tiles.vmem_bytes("gmm", tiles.Tiles(128, 4096, 1536)) > kernel.roofline.chip().scoped_vmem
+        assert hook.vmem_limit("gmm", wide, lhs, rhs) == 64 << 20
+        assert hook.vmem_limit("gmm", narrow, lhs, rhs) is None
+        with hook.upstream_heuristics():
+            assert hook.vmem_limit("gmm", wide, lhs, rhs) is None
+    with emulation.emulated_chip("v7x"):
+        assert hook.vmem_limit("gmm", wide, lhs, rhs) is None

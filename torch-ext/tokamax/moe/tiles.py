@@ -43,6 +43,20 @@ COLUMNS = (128, 256, 512, 1024, 2048)
 TGMM_VMEM_SHARE = 0.9
 """tgmm's tiles keep a tenth of the scoped VMEM free: on the v5e two tilings within the model's bound failed
 to compile where every gmm within it compiled (the kernel's masking of a group's rows takes more)."""
+RAISED_VMEM_SHARE = 0.9
+"""Every kernel's tiles keep a tenth of the raised limit free: at 64 MiB on the v5e one tiling of 300 past the default
+failed to compile, Mixtral's dlhs in 512 x 14336 x 512 (a whole contraction of 14,336) at 92% of the limit by
+`vmem_bytes`, where tilings up to 99.8% compiled (benchmarks/measured/v5e-2026-12-05-sweep-wide-636e61e.json)."""
+
+
+TGMM_TIE = 1.02
+"""tgmm's tilings within 2% of the model's fastest are ties, and its ties go to the smaller row tile: where groups
+are many, each group boundary inside a row tile visits the whole tile again (masked), a cost the model counts in
+MXU time only, and the chip runs it slower than that the larger the tile. At uneven routing the v5e ran every
+tgmm tiling faster at 128 rows than at 256 with the same columns (10 of 10 pairs: gpt-oss-120b's 128 x 2880 x 1024
+15.88 ms against 16.80, 128 x 512 x 5760 16.49 against 17.79; benchmarks/measured/v5e-2026-12-05-sweep-wide-uneven-
+2d18065.json); at the balanced shapes 128 rows ran within 1.5% of 256 or faster (gpt-oss-20b's 128 x 512 x 5760 6.53
+ms against 6.92; -sweep-ranked-84d05f3)."""
 
 
 class Tiles(NamedTuple):
@@ -90,16 +104,19 @@ def vmem_bytes(kernel: str, t: Tiles, itemsize: int = 2, buffers: int = 2) -> in
 
 
 def fits(kernel: str, t: Tiles, on: Chip, itemsize: int = 2, buffers: int = 2) -> bool:
-    """Whether the tiles fit the VMEM the kernel is compiled with: the chip's raised limit (`vmem_limit`)."""
-    share = TGMM_VMEM_SHARE if kernel == "tgmm" else 1.0
-    return vmem_bytes(kernel, t, itemsize, buffers) <= share * on.raised_vmem
+    """Whether the tiles fit the VMEM the kernel is compiled with: `RAISED_VMEM_SHARE` of the chip's raised limit
+    (`vmem_limit`)."""
+    return vmem_bytes(kernel, t, itemsize, buffers) <= RAISED_VMEM_SHARE * on.raised_vmem
 
 
 def vmem_limit(kernel: str, t: Tiles, on: Chip, itemsize: int = 2, buffers: int = 2) -> int | None:
     """The `vmem_limit_bytes` the kernel is compiled with at tiles `t` (port.kdl's argument, asked by the Op through
-    `tiles_hook.vmem_limit`): None, libtpu's default, where they fit the default scoped VMEM, else the chip's raised
-    limit (`Chip.raised_vmem`), which `fits` holds them to."""
-    return None if vmem_bytes(kernel, t, itemsize, buffers) <= on.scoped_vmem else on.raised_vmem
+    `tiles_hook.vmem_limit`): None, libtpu's default, where they fit the default scoped VMEM (tgmm's within
+    `TGMM_VMEM_SHARE` of it) or where the raised limit is the default (v7x), else the chip's raised limit
+    (`Chip.raised_vmem`), which `fits` holds them to."""
+    share = TGMM_VMEM_SHARE if kernel == "tgmm" else 1.0
+    within = vmem_bytes(kernel, t, itemsize, buffers) <= share * on.scoped_vmem
+    return None if within or on.raised_vmem <= on.scoped_vmem else on.raised_vmem
 
 
 GROUP_WEIGHTS_UNHIDDEN = 0.4
@@ -191,9 +208,13 @@ def choose(kernel: str, m: int, k: int, n: int, groups: int, on: Chip, itemsize:
     fitting = [t for t in candidates(m, k, n) if fits(kernel, t, on, itemsize)]
     if not fitting:
         return Tiles(128, 128, 128)
-    # ties (within 1%) go to the larger row tile, then the larger tiles: fewer steps than the model counts
+    # ties (within 1%) go to the larger tiles, then the larger row tile: fewer steps than the model counts; tgmm's
+    # (within TGMM_TIE) to the smaller row tile first (`TGMM_TIE`)
     best = min(seconds(kernel, m, k, n, groups, t, on, itemsize) for t in fitting)
-    near = [t for t in fitting if seconds(kernel, m, k, n, groups, t, on, itemsize) <= 1.01 * best]
+    tie = TGMM_TIE if kernel == "tgmm" else 1.01
+    near = [t for t in fitting if seconds(kernel, m, k, n, groups, t, on, itemsize) <= tie * best]
+    if kernel == "tgmm":
+        return max(near, key=lambda t: (-t.tm, t.tk * t.tn))
     return max(near, key=lambda t: (t.tk * t.tn, t.tm))
 
 
