@@ -44,7 +44,7 @@ TGMM_VMEM_SHARE = 0.9
 """tgmm's tiles keep a tenth of the scoped VMEM free: on the v5e two tilings within the model's bound failed
 to compile where every gmm within it compiled (the kernel's masking of a group's rows takes more)."""
 RAISED_VMEM_SHARE = 0.9
-"""Every kernel's tiles keep a tenth of the raised limit free: at 64 MiB on the v5e one tiling of 300 past the default
+"""Every kernel's tiles keep a tenth of the raised limit free: at 64 MiB on the v5e one tiling of 296 past the default
 failed to compile, Mixtral's dlhs in 512 x 14336 x 512 (a whole contraction of 14,336) at 92% of the limit by
 `vmem_bytes`, where tilings up to 99.8% compiled (benchmarks/measured/v5e-2026-12-05-sweep-wide-636e61e.json)."""
 
