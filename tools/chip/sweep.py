@@ -6,7 +6,9 @@ of `models.IMBALANCED` with their rows spread as an uneven router does (`models.
 With `wide`, only the tilings past libtpu's default scoped VMEM that the package's raised limit holds
 (`tokamax.moe.tiles.vmem_limit`), each compiled with that limit, beside the fastest the default held in the last sweep
 (`REFERENCE`), in the same run. With `ranked`, the tilings the rule ranks first (`tokamax.moe.tiles.rank`, its
-choice first), each at the VMEM limit the package compiles it with."""
+choice first), each at the VMEM limit the package compiles it with. The kernels are called as released, the weights
+fetched one step ahead (no `rhs_lookahead`): gmm's and dlhs' times run over what the Op gives at the same tiles
+(Qwen3-235B-A22B's uneven forward 7.35 ms here, 6.62 through `ops.ragged_dot`), the same for every tiling compared."""
 
 from __future__ import annotations
 
