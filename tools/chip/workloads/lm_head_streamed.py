@@ -1,7 +1,8 @@
 """The labels path with each chunk in `lm_head.streamed`'s two kernels (G made in VMEM, never in HBM) at the heads of
 `models.HEADS`, in chunks of 512 to 1024 rows with dW in the float32 accumulator, the 16-bit pair and the int8 pair,
-beside XLA's plain loss and the package's own choice: what `fused.STREAMED`'s record holds. Run when named only (the
-package never takes it)."""
+the logits stored in float32 (what `fused.STREAMED`'s record holds); and with the logits stored compact (bf16, less
+the running maximum) in chunks of 1024 and 2048 with the pairs; beside XLA's plain loss and the package's own
+choice. Run when named only."""
 
 from __future__ import annotations
 
@@ -16,18 +17,20 @@ from . import Workload, with_grads
 from .lm_head import _head_args, xla_loss
 
 CHUNKS = (512, 768, 1024)  # 1280 at hidden 4096 fits no vocabulary block in the v5e's VMEM
+COMPACT_CHUNKS = (1024, 2048)  # 2048 at hidden 2560 only
 
 
 def workloads(tk: ModuleType) -> Iterator[Workload]:
     lm_head = tk.lm_head
 
     def labels(chunk: object, pair: bool | None = None, scaled: bool | None = None,  # noqa: ANN202
-               streamed: bool = True):
-        # pair and scaled None: as the package chooses (the default, "auto", is never streamed)
+               streamed: bool = True, compact: bool = False):
+        # pair and scaled None: as the package chooses
         def fn(x: jax.Array, w: jax.Array, t: jax.Array) -> tuple:
             weights = jnp.full(t.shape, 1.0 / t.shape[0], jnp.float32)
+            kw = {"streamed": streamed, "compact": compact} if streamed else {}
             return lm_head.fused.loss_and_grads(x, w, None, t, weights, lm_head.IDENTITY, chunk=chunk,
-                                                pair_accumulator=pair, scaled_low=scaled, streamed=streamed)[:3]
+                                                pair_accumulator=pair, scaled_low=scaled, **kw)[:3]
         return fn
 
     for h in HEADS:
@@ -44,5 +47,12 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
                        f"{', int8 low' if scaled else ''})"
                 yield Workload("lm_head_loss", case, impl, "fwd+bwd", lambda m=make, c=c, p=pair, q=scaled: (
                     labels(c, pair=p, scaled=q), m()), flops)
+        for c in COMPACT_CHUNKS:  # the pairs, with the logits stored compact
+            for scaled in (False, True):
+                if c * h.hidden > 2048 * 2560:  # no vocabulary block fits beside the chunk in the v5e's VMEM
+                    continue
+                impl = f"tokamax (chunks of {c}, streamed, compact, pair accumulator{', int8 low' if scaled else ''})"
+                yield Workload("lm_head_loss", case, impl, "fwd+bwd", lambda m=make, c=c, q=scaled: (
+                    labels(c, pair=True, scaled=q, compact=True), m()), flops)
         yield Workload("lm_head_loss", case, "xla", "fwd+bwd", lambda m=make: (with_grads(xla_loss, (0, 1)), m()),
                        flops)

@@ -269,7 +269,7 @@ def _weighted(m: jax.Array, lse: jax.Array, zt: jax.Array, sum_z: jax.Array, voc
 
 def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
              z_loss: float, smoothing: float, chunk: int, weight_grad: bool, pair: bool, kernel: bool,
-             scaled: bool = False, streamed_block: int | None = None
+             scaled: bool = False, streamed_block: int | None = None, compact: bool = False
              ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     rows, vocab = x.shape[0], w.shape[0]
     whole = rows // chunk * chunk
@@ -307,23 +307,36 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
         return carry, (loss, dx_c.astype(x.dtype))
 
     if streamed_block:  # each chunk in `streamed`'s kernels at that vocabulary block
-        step = _streamed_step(w, b, transform, z_loss, smoothing, weight_grad, streamed_block)
+        step = _streamed_step(w, b, transform, z_loss, smoothing, weight_grad, streamed_block, compact)
     # the int8 low half is a kernel's alone (`accumulate`'s or `streamed`'s)
     zeros = accumulate.start(w.shape, w.dtype, pair, scaled and (kernel or bool(streamed_block)))
     carry = (zeros, jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
     losses, dxs = [], []
-    if whole:  # the whole chunks in a scan
+
+    def whole_chunks(carry):  # noqa: ANN001, ANN202 - in a scan
         chunks = (x[:whole].reshape(-1, chunk, x.shape[1]), targets[:whole].reshape(-1, chunk),
                   m[:whole].reshape(-1, chunk))
         carry, (loss, dx) = jax.lax.scan(step, carry, chunks)
         losses.append(jnp.sum(loss))
         dxs.append(dx.reshape(whole, x.shape[1]))
-    if whole < rows:  # the rows left, one more chunk padded to TAIL_ROWS (its padding rows' weights zero)
-        extra = round_up(rows - whole, TAIL_ROWS) - (rows - whole)
+        return carry
+
+    def rows_left(carry):  # noqa: ANN001, ANN202 - one more chunk, padded (its padding rows' weights zero)
+        left = rows - whole
+        extra = (streaming.compact_rows(left) if compact else round_up(left, TAIL_ROWS)) - left
         carry, (loss, dx) = step(carry, (jnp.pad(x[whole:], ((0, extra), (0, 0))), jnp.pad(targets[whole:], (0, extra)),
                                          jnp.pad(m[whole:], (0, extra))))
         losses.append(loss)
-        dxs.append(dx[:rows - whole])
+        dxs.append(dx[:left])
+        return carry
+
+    # the streamed kernels update dW's accumulator in place: after the scan XLA copies it for them (the pair's high
+    # half, 1.25 GiB at Gemma 3's head), before it not; their rows left run first
+    parts = [whole_chunks] * bool(whole) + [rows_left] * (whole < rows)
+    for part in parts[::-1] if streamed_block else parts:
+        carry = part(carry)
+    if streamed_block and len(parts) == 2:
+        losses, dxs = losses[::-1], dxs[::-1]
     loss = sum(losses[1:], losses[0]) if losses else jnp.zeros((), jnp.float32)  # no rows: nothing to add
     dx = dxs[0] if len(dxs) == 1 else jnp.concatenate(dxs) if dxs else jnp.zeros(x.shape, x.dtype)
     if not weight_grad:
@@ -333,24 +346,26 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
 
 
 def _streamed_step(w: jax.Array, b: jax.Array, transform: LogitTransform, z_loss: float, smoothing: float,
-                   weight_grad: bool, block: int):  # noqa: ANN202
+                   weight_grad: bool, block: int, compact: bool = False):  # noqa: ANN202
     """The chunked scheme's step in `streamed`'s two kernels at vocabulary blocks of `block` (what fits the whole
-    chunk fits the rows left too): the same carry (dW's accumulator, db) and outputs."""
+    chunk fits the rows left too), the logits stored `compact` or in float32: the same carry (dW's accumulator, db)
+    and outputs."""
     vocab = w.shape[0]
 
     def step(carry, inputs):  # noqa: ANN001, ANN202
         x_c, t_c, m_c = inputs
-        raw, lse, zt, sum_z = streaming.logits(x_c, w, b[None, :], t_c, transform=transform, block=block)
+        raw, lse, zt, sum_z, maxima = streaming.logits(x_c, w, b[None, :], t_c, transform=transform, block=block,
+                                                       compact=compact)
         nan_lse, nan_zt = target_checks.nan_rows([lse, zt], t_c, vocab)  # as the kernels' statistics
         loss = jnp.sum(_weighted(m_c, nan_lse, nan_zt, sum_z, vocab, z_loss, smoothing))
         kept = jnp.where((m_c > 0) & ~target_checks.outside(t_c, vocab), m_c, 0.0)  # a NaN row adds nothing
         rows = (t_c, lse, kept * (1.0 + 2.0 * z_loss * lse), -kept * (1.0 - smoothing), -kept * (smoothing / vocab))
         acc, dx_c, db_c = streaming.gradients(raw, x_c, w, *rows, carry[0] if weight_grad else None,
-                                              transform=transform, block=block)
+                                              transform=transform, block=block, maxima=maxima)
         db_c = db_c[0]
         if vocab % block:  # the entries past the whole blocks, in XLA
             acc, dx_c, db_tail = streaming.tail(raw, x_c, w, *rows, acc, dx_c, transform=transform,
-                                                start=vocab // block * block)
+                                                start=vocab // block * block, maxima=maxima)
             db_c = jnp.concatenate([db_c, db_tail])
         if weight_grad:
             carry = (acc, carry[1] + db_c)
@@ -378,7 +393,7 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
                    transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0, weight_grad: bool = True,
                    chunk: int | None | str = "auto", plan: plans.Plan | None = None,
                    pair_accumulator: bool | None = None, accumulator_kernel: bool | None = None,
-                   scaled_low: bool | None = None, streamed: bool = False
+                   scaled_low: bool | None = None, streamed: bool = False, compact: bool | None = None
                    ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     """(sum_r weights_r loss_r float32 [], dx in x's dtype, dW in w's dtype, db float32 [vocab]; dW and db None
     where `weight_grad` is False). `targets` int [rows] in [0, vocab) where `weights` > 0 (others are not
@@ -393,7 +408,11 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     bits of the sum to 1/256 of dW's last place per chunk). Each None: as `choose_scheme` says with `chunk="auto"`,
     as `accumulation` says at a chunk asked for. `streamed`: the chunked scheme's chunks in `streamed`'s two
     kernels (G made in VMEM, never in HBM), dW into the float32 accumulator or the pair (`accumulator_kernel` then
-    unread; refused where no vocabulary block fits the chunk in VMEM); asked for only, never chosen (`STREAMED`)."""
+    unread; refused where no vocabulary block fits the chunk in VMEM); asked for only, never chosen (`STREAMED`).
+    `compact`: the streamed way's stored logits in bf16 less the running maximum (`streamed`: half the bytes, p
+    within 2^-9 / e), where the transform has no soft cap and x is 16-bit (None: wherever it can; True elsewhere is
+    refused; a chunk of other rows is not compact, and the rows left past the whole chunks run padded to
+    `streamed.compact_rows`)."""
     _check(x, w, b, targets)
     if weights.shape != targets.shape:
         raise ValueError(f"tokamax lm_head loss_and_grads: weights must be [rows] ({targets.shape[0]}), got "
@@ -418,7 +437,15 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
         itemsize = jnp.dtype(x.dtype).itemsize
         scaled = bool(scaled_low) and itemsize == 2
         acc_bytes = streaming.accumulator_bytes(itemsize, bool(pair_accumulator), scaled, weight_grad)
-        block = streaming.block_for(chunk, x.shape[1], w.shape[0], itemsize, chip().vmem, acc_bytes)
+        can = streaming.compacts(transform, itemsize) and streaming.compact_rows(chunk) == chunk
+        if compact and not can:
+            raise ValueError(f"tokamax lm_head loss_and_grads: compact needs 16-bit x and w, no soft cap (its "
+                             f"dz/dl is taken as a constant) and a chunk that is a power of two from 128 or a "
+                             f"multiple of 1024; got {jnp.dtype(x.dtype).name}, "
+                             f"{'a soft cap' if transform.tanh else 'no soft cap'}, chunk {chunk}: take compact=None "
+                             f"or False")
+        compact = can if compact is None else compact
+        block = streaming.block_for(chunk, x.shape[1], w.shape[0], itemsize, chip().vmem, acc_bytes, compact)
         if x.shape[1] % LANES:
             raise ValueError(f"tokamax lm_head loss_and_grads: streamed needs a hidden size that is a multiple of "
                              f"{LANES} (the TPU lays a [n, hidden] array off the lanes column-major); got hidden "
@@ -428,7 +455,7 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
                              f"{streaming.BLOCKS} that fits beside a chunk of {chunk} rows at hidden {x.shape[1]} "
                              f"in the chip's VMEM ({chip().vmem >> 20} MiB): take a smaller chunk or streamed=False")
         return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator),
-                        False, scaled, streamed_block=block)
+                        False, scaled, streamed_block=block, compact=compact)
     kernel = bool(accumulator_kernel) and weight_grad and accumulate.fits(
         chunk, x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip().vmem, w.shape[0] % LANES != 0)
     return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator), kernel,

@@ -19,6 +19,14 @@ Measured on the v5e it is not yet the faster way within the chunked scheme's sha
 chunk re-reads w twice and dW's accumulator in and out, and at chunks that fit the share that traffic is not
 hidden under the matmuls. `fused.loss_and_grads(streamed=True)` asks for it; `fused.choose_scheme` never does.
 
+Compact logits (`compact`, where the transform has no soft cap and x is 16-bit): `logits` stores each block as
+z - m_j in bf16 (m_j the row's running maximum of z up to that block, kept per block), so a chunk's stored logits
+take half float32's bytes, and `gradients` makes p = e^(z - lse) as e^(s + m_j - lse). Entries near the row's
+maximum are held near 0, where bf16's absolute rounding is least: an entry's stored s <= 0 is off by at most
+|s| 2^-9, so p by at most p |s| 2^-9 <= e^s |s| 2^-9 <= 2^-9 / e (p <= e^s, as m_j <= lse), about bf16's
+rounding of G itself where p is largest. x is copied into VMEM once and dx leaves it by one copy at the end (one
+buffer each, not the pipeline's two): a chunk of 2,048 rows at hidden 2,560 then fits beside the blocks.
+
 Shapes: x [chunk, hidden] (hidden a multiple of 128), w [vocab, hidden], b float32 [1, vocab], per-row vectors
 [chunk]. The vocabulary need not be a multiple of the block. `logits`' last block runs past w's rows: its statistics
 mask those columns with a select (what is read past the end is undefined), what it writes there is dropped.
@@ -35,7 +43,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from . import accumulate
-from .blocks import LANES, vmem_limit
+from .blocks import LANES, round_up, vmem_limit
 from .kernels import _contract
 from .transform import LogitTransform
 
@@ -43,6 +51,8 @@ BLOCKS = (1024, 512, 256, 128)
 """Vocabulary entries per grid step, the widest whose VMEM (`vmem_bytes`) fits `VMEM_SHARE` of the limit."""
 VMEM_SHARE = 0.8
 """Of the scoped limit the kernels are compiled with: Mosaic's own temporaries beside what `vmem_bytes` counts."""
+COMPACT = jnp.bfloat16
+"""The stored logits' dtype with `compact` (z less the running maximum)."""
 
 
 def accumulator_bytes(itemsize: int, pair: bool, scaled: bool, weight_grad: bool = True) -> int:
@@ -53,23 +63,25 @@ def accumulator_bytes(itemsize: int, pair: bool, scaled: bool, weight_grad: bool
     return itemsize + (1 if scaled else itemsize) if pair else 4
 
 
-def vmem_bytes(kernel: str, chunk: int, hidden: int, block: int, itemsize: int, acc_bytes: int = 4) -> int:
-    """What a kernel holds: its blocks double-buffered (x's too: its index never changes, but two buffers are
-    reserved) and its float32 temporaries. `logits`: x, w's block, the raw block out and four [chunk, block]
-    temporaries. `gradients`: the raw block, w's, x, dW's block in and out (`acc_bytes` an entry: 4 for float32 or
-    the 16-bit pair, 3 with the int8 low half; 0 for a frozen head), dx's float32 block out (its accumulator),
-    four [chunk, block] temporaries, the [chunk, hidden] product and three [block, hidden] float32 ones (the product,
-    the sum, the rounding's remainder)."""
+def vmem_bytes(kernel: str, chunk: int, hidden: int, block: int, itemsize: int, acc_bytes: int = 4,
+               compact: bool = False) -> int:
+    """What a kernel holds: its blocks double-buffered and its float32 temporaries. `logits`: x (its index never
+    changes, but two buffers are reserved), w's block, the stored block out (float32, or bf16 `compact`) and four
+    [chunk, block] temporaries. `gradients`: x once (copied in by the kernel), the stored block, w's, dW's block in
+    and out (`acc_bytes` an entry: 4 for float32 or the 16-bit pair, 3 with the int8 low half; 0 for a frozen head),
+    four [chunk, block] temporaries, dx's float32 accumulator and the [chunk, hidden] product added to it, and three
+    [block, hidden] float32 ones (the product, the sum, the rounding's remainder)."""
     c, h, b, s = chunk, hidden, block, itemsize
-    shared = 2 * c * h * s + 2 * b * h * s + 2 * c * b * 4 + 4 * c * b * 4
+    stored = 2 if compact else 4
+    blocks = 2 * b * h * s + 2 * c * b * stored + 4 * c * b * 4
     if kernel == "logits":
-        return shared
+        return 2 * c * h * s + blocks
     weights = 4 * acc_bytes * b * h + (3 * b * h * 4 if acc_bytes else 0)
-    return shared + weights + 3 * c * h * 4
+    return c * h * s + blocks + weights + 2 * c * h * 4
 
 
-def block_for(chunk: int, hidden: int, vocab: int, itemsize: int, vmem_capacity: int, acc_bytes: int = 4
-              ) -> int | None:
+def block_for(chunk: int, hidden: int, vocab: int, itemsize: int, vmem_capacity: int, acc_bytes: int = 4,
+              compact: bool = False) -> int | None:
     """The vocabulary block both kernels take (`BLOCKS`' rule, none wider than the vocabulary; a vocabulary under
     128 whole), or None where not even the narrowest fits beside the chunk, or the hidden size is off the lanes
     (the TPU lays such arrays out column-major: XLA would copy w around the kernels)."""
@@ -77,9 +89,24 @@ def block_for(chunk: int, hidden: int, vocab: int, itemsize: int, vmem_capacity:
         return None
     budget = VMEM_SHARE * vmem_limit(vmem_capacity)
     for block in [b for b in BLOCKS if b <= vocab] or [vocab]:
-        if max(vmem_bytes(k, chunk, hidden, block, itemsize, acc_bytes) for k in ("logits", "gradients")) <= budget:
+        if max(vmem_bytes(k, chunk, hidden, block, itemsize, acc_bytes, compact)
+               for k in ("logits", "gradients")) <= budget:
             return block
     return None
+
+
+def compacts(transform: LogitTransform, itemsize: int) -> bool:
+    """Whether the stored logits can be compact (bf16, relative to the running maximum): a transform with no soft
+    cap (dz/dl is then a constant, not a function of the raw logit) and 16-bit operands."""
+    return not transform.tanh and itemsize == 2
+
+
+def compact_rows(rows: int) -> int:
+    """The rows a compact chunk of `rows` runs as: `logits`' maxima are cut into blocks of a chunk, and Mosaic cuts a
+    vector into blocks of a power of two from 128 or a multiple of 1024 only (at most 1,023 rows of padding)."""
+    if rows > 1024:
+        return round_up(rows, 1024)
+    return max(128, 1 << (rows - 1).bit_length())
 
 
 def _params() -> pltpu.CompilerParams:
@@ -88,17 +115,20 @@ def _params() -> pltpu.CompilerParams:
                                 vmem_limit_bytes=vmem_limit(pltpu.get_tpu_info().vmem_capacity_bytes))
 
 
-def logits(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, transform: LogitTransform, block: int
-           ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """(raw logits float32 [chunk, vocab], and float32 [chunk] each: the log-sum-exp of the transformed logits z,
-    z at the target, the sum of z over the vocabulary). A target outside the vocabulary leaves its z_t 0 (the
-    caller makes such a row NaN: `targets`)."""
+def logits(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, transform: LogitTransform, block: int,
+           compact: bool = False) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array | None]:
+    """(the stored logits [chunk, vocab]; float32 [chunk] each: the log-sum-exp of the transformed logits z, z at the
+    target, the sum of z over the vocabulary; the running maxima or None). Stored: the raw logits in float32, or with
+    `compact` z - m_j in bf16 and the maxima m_j float32 [blocks * chunk], block j's at [j * chunk, (j + 1) * chunk)
+    (`compact_rows`: a chunk Mosaic can cut such a vector into).
+    A target outside the vocabulary leaves its z_t 0 (the caller makes such a row NaN: `targets`)."""
     chunk, hidden = x.shape
     vocab = w.shape[0]
     steps = -(-vocab // block)
     masked = vocab % block != 0
 
-    def kernel(t_ref, x_ref, w_ref, b_ref, raw_ref, lse_ref, zt_ref, sum_ref, m_s, s_s) -> None:  # noqa: ANN001
+    def kernel(t_ref, x_ref, w_ref, b_ref, raw_ref, lse_ref, zt_ref, sum_ref, *refs) -> None:  # noqa: ANN001
+        max_ref, (m_s, s_s) = (refs[0], refs[1:]) if compact else (None, refs)
         j = pl.program_id(0)
 
         @pl.when(j == 0)
@@ -108,7 +138,6 @@ def logits(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tran
                 ref[...] = jnp.zeros_like(ref)
 
         raw = _contract(x_ref[...], w_ref[...], (1, 1)) + b_ref[...]
-        raw_ref[...] = raw
         z, _ = transform(raw)
         col = jax.lax.broadcasted_iota(jnp.int32, z.shape, 1) + j * block
         if masked:  # undefined past the vocabulary: out of the maximum, the exponentials and the sum
@@ -118,6 +147,11 @@ def logits(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tran
             top = z_sum = z
         m_old = m_s[...]
         m_new = jnp.maximum(m_old, jnp.max(top, axis=1))
+        if compact:  # what is stored past the vocabulary is dropped
+            raw_ref[...] = (z - m_new[:, None]).astype(raw_ref.dtype)
+            max_ref[...] = m_new
+        else:
+            raw_ref[...] = raw
         s_s[...] = s_s[...] * jnp.exp(m_old - m_new) + jnp.sum(jnp.exp(top - m_new[:, None]), axis=1)
         m_s[...] = m_new
         zt_ref[...] += jnp.sum(jnp.where(col == t_ref[...][:, None], z_sum, 0.0), axis=1)
@@ -130,27 +164,42 @@ def logits(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tran
     row = pl.BlockSpec((chunk,), lambda j: (0,))
     vector = jax.ShapeDtypeStruct((chunk,), jnp.float32)
     itemsize = x.dtype.itemsize
-    return pl.pallas_call(
+    stored = COMPACT if compact else jnp.float32
+    maxima = [pl.BlockSpec((chunk,), lambda j: (j,))] if compact else []
+    out = pl.pallas_call(
         kernel,
         grid=(steps,),
         in_specs=[row, pl.BlockSpec((chunk, hidden), lambda j: (0, 0)), pl.BlockSpec((block, hidden), lambda j: (j, 0)),
                   pl.BlockSpec((1, block), lambda j: (0, j))],
-        out_specs=[pl.BlockSpec((chunk, block), lambda j: (0, j)), row, row, row],
-        out_shape=[jax.ShapeDtypeStruct((chunk, vocab), jnp.float32), vector, vector, vector],
+        out_specs=[pl.BlockSpec((chunk, block), lambda j: (0, j)), row, row, row, *maxima],
+        out_shape=[jax.ShapeDtypeStruct((chunk, vocab), stored), vector, vector, vector,
+                   *[jax.ShapeDtypeStruct((steps * chunk,), jnp.float32)] * compact],
         scratch_shapes=[pltpu.VMEM((chunk,), jnp.float32) for _ in range(2)],
         compiler_params=_params(),
         cost_estimate=pl.CostEstimate(
             flops=2 * chunk * vocab * hidden, transcendentals=chunk * vocab * (2 if transform.tanh else 1),
-            bytes_accessed=(vocab + chunk) * hidden * itemsize + chunk * vocab * 4),
-        name=f"tokamax_lm_head_chunk_logits_v{block}",
+            bytes_accessed=(vocab + chunk) * hidden * itemsize + chunk * vocab * jnp.dtype(stored).itemsize),
+        name=f"tokamax_lm_head_chunk_logits_v{block}{'_compact' if compact else ''}",
     )(targets, x, w, b)
+    return (*out[:4], out[4] if compact else None)
 
 
-def _gradient(z: jax.Array, dz: jax.Array, col: jax.Array, t: jax.Array, lse: jax.Array, a: jax.Array, c: jax.Array,
+def _gradient(shifted: jax.Array, dz: jax.Array | float, col: jax.Array, t: jax.Array, a: jax.Array, c: jax.Array,
               d: jax.Array) -> jax.Array:
-    """G = (a p + c [col = t] + d) dz/dl, float32 [chunk, columns], from the per-row vectors given as [chunk, 1]."""
-    g = a * jnp.exp(z - lse) + d
+    """G = (a p + c [col = t] + d) dz/dl, float32 [chunk, columns], p = e^shifted (z - lse), from the per-row vectors
+    given as [chunk, 1]."""
+    g = a * jnp.exp(shifted) + d
     return (g + jnp.where(col == t, c, 0.0)) * dz
+
+
+def _shifted(stored: jax.Array, lse: jax.Array, m_j: jax.Array | None, transform: LogitTransform
+             ) -> tuple[jax.Array, jax.Array | float]:
+    """(z - lse, dz/dl) from the stored logits: the raw ones (float32), or with the block's maxima `m_j` the compact
+    z - m_j (bf16; the transform then has no soft cap, dz/dl its constant scale); lse and m_j as [chunk, 1]."""
+    if m_j is None:
+        z, dz = transform(stored)
+        return z - lse, dz
+    return stored.astype(jnp.float32) + (m_j - lse), transform.pre * transform.post
 
 
 def _accumulator_copies(ins: tuple, slots: tuple, sems, j, block: int):  # noqa: ANN001, ANN202
@@ -165,14 +214,15 @@ def _accumulator_copies(ins: tuple, slots: tuple, sems, j, block: int):  # noqa:
 
 
 def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, lse: jax.Array, a: jax.Array,
-              c: jax.Array, d: jax.Array, acc: accumulate.Accumulator | None, *, transform: LogitTransform, block: int
-              ) -> tuple[accumulate.Accumulator | None, jax.Array, jax.Array]:
+              c: jax.Array, d: jax.Array, acc: accumulate.Accumulator | None, *, transform: LogitTransform, block: int,
+              maxima: jax.Array | None = None) -> tuple[accumulate.Accumulator | None, jax.Array, jax.Array]:
     """Over the whole blocks of the vocabulary: (acc + G.T x in those rows, or None for a frozen head; G w float32
     [chunk, hidden]; G's column sums float32 [1, whole blocks' entries]) with G = (a p + c [j = t] + d) dz/dl,
     p = e^(z - lse), per-row a, c, d float32 [chunk] (0 in a row that adds nothing) and z, dz/dl the transform of
-    `raw`. `acc`: dW's float32 accumulator or `fused`'s pair, updated in place (aliased): its blocks are copied in
-    and out by the kernel itself, two slots deep (the next block's fetch and this one's write-back under this
-    step's matmuls), so that the grid never names a block past its end. The entries past the whole blocks are
+    `raw` (or, with `maxima`, `raw` is `logits`' compact z - m_j). `acc`: dW's float32 accumulator or `fused`'s pair,
+    updated in place (aliased): its blocks are copied in and out by the kernel itself, two slots deep (the next
+    block's fetch and this one's write-back under this step's matmuls), so that the grid never names a block past its
+    end. x is copied into VMEM once, and dx out of it once at the end. The entries past the whole blocks are
     `tail`'s."""
     chunk, hidden = x.shape
     vocab = w.shape[0]
@@ -180,14 +230,22 @@ def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, ls
     arrays = () if acc is None else tuple(acc) if isinstance(acc, tuple) else (acc,)
     bits = jnp.finfo(x.dtype).nmant if len(arrays) == 2 else 0
     n = len(arrays)
+    compact = maxima is not None
+    ins = 8 + compact  # the inputs before the accumulator's
 
-    def kernel(t_ref, lse_ref, a_ref, c_ref, d_ref, raw_ref, x_ref, w_ref, *refs) -> None:  # noqa: ANN001
-        # refs: the accumulator's HBM inputs (aliased to its outputs, which are the same buffers), its outputs, dx,
-        # db, then the VMEM slots and the semaphores
-        outs, (dx_ref, db_ref) = refs[n:2 * n], refs[2 * n:2 * n + 2]
-        slots, sems = refs[2 * n + 2:3 * n + 2], refs[-1] if n else None
+    def kernel(t_ref, lse_ref, a_ref, c_ref, d_ref, raw_ref, *refs) -> None:  # noqa: ANN001
+        # refs: [the block's maxima], x (HBM), w's block, the accumulator's HBM inputs (aliased to its outputs, which
+        # are the same buffers), its outputs, dx (HBM), db, then x's and dx's VMEM, the accumulator's VMEM slots
+        # and its semaphores, x's and dx's semaphores
+        max_ref, refs = (refs[0], refs[1:]) if compact else (None, refs)
+        x_hbm, w_ref = refs[:2]
+        outs, (dx_hbm, db_ref) = refs[2 + n:2 + 2 * n], refs[2 + 2 * n:4 + 2 * n]
+        x_ref, dx_ref = refs[4 + 2 * n:6 + 2 * n]
+        slots, sems, io = refs[6 + 2 * n:6 + 3 * n], refs[6 + 3 * n] if n else None, refs[-1]
         j = pl.program_id(0)
         copy = _accumulator_copies(outs, slots, sems, j, block) if n else None
+        x_in = pltpu.make_async_copy(x_hbm, x_ref, io.at[0])
+        dx_out = pltpu.make_async_copy(dx_ref, dx_hbm, io.at[1])
 
         def each(copies: list, action: str) -> None:
             for c_ in copies:
@@ -195,16 +253,25 @@ def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, ls
 
         @pl.when(j == 0)
         def _init() -> None:
+            x_in.start()
             dx_ref[...] = jnp.zeros_like(dx_ref)
             if n:
                 each(copy(0, 0, False), "start")
+            x_in.wait()
 
-        z, dz = transform(raw_ref[...])
-        col = jax.lax.broadcasted_iota(jnp.int32, z.shape, 1) + j * block
-        g = _gradient(z, dz, col, *(ref[...][:, None] for ref in (t_ref, lse_ref, a_ref, c_ref, d_ref)))
+        m_j = max_ref[...][:, None] if compact else None
+        shifted, dz = _shifted(raw_ref[...], lse_ref[...][:, None], m_j, transform)
+        col = jax.lax.broadcasted_iota(jnp.int32, shifted.shape, 1) + j * block
+        g = _gradient(shifted, dz, col, *(ref[...][:, None] for ref in (t_ref, a_ref, c_ref, d_ref)))
         db_ref[...] = jnp.sum(g, axis=0, keepdims=True)
         g_low = g.astype(x_ref.dtype)
         dx_ref[...] += _contract(g_low, w_ref[...], (1, 0))
+
+        @pl.when(j == steps - 1)
+        def _write_dx() -> None:
+            dx_out.start()
+            dx_out.wait()
+
         if not n:
             return
         slot, other = j % 2, (j + 1) % 2
@@ -232,45 +299,46 @@ def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, ls
     row = pl.BlockSpec((chunk,), lambda j: (0,))
     hbm = pl.BlockSpec(memory_space=pl.ANY)
     itemsize = x.dtype.itemsize
-    scratch = [pltpu.VMEM((2, block, hidden), a_.dtype) for a_ in arrays]
-    scratch += [pltpu.SemaphoreType.DMA((2, n, 2))] * (n > 0)
+    scratch = [pltpu.VMEM((chunk, hidden), x.dtype), pltpu.VMEM((chunk, hidden), jnp.float32)]
+    scratch += [pltpu.VMEM((2, block, hidden), a_.dtype) for a_ in arrays]
+    scratch += [pltpu.SemaphoreType.DMA((2, n, 2))] * (n > 0) + [pltpu.SemaphoreType.DMA((2,))]
     out = pl.pallas_call(
         kernel,
         grid=(steps,),
         in_specs=[row] * 5 + [pl.BlockSpec((chunk, block), lambda j: (0, j)),
-                              pl.BlockSpec((chunk, hidden), lambda j: (0, 0)),
+                              *[pl.BlockSpec((chunk,), lambda j: (j,))] * compact, hbm,
                               pl.BlockSpec((block, hidden), lambda j: (j, 0)), *[hbm] * n],
-        out_specs=[*[hbm] * n, pl.BlockSpec((chunk, hidden), lambda j: (0, 0)),
-                   pl.BlockSpec((1, block), lambda j: (0, j))],
+        out_specs=[*[hbm] * n, hbm, pl.BlockSpec((1, block), lambda j: (0, j))],
         out_shape=[*(jax.ShapeDtypeStruct(a_.shape, a_.dtype) for a_ in arrays),
                    jax.ShapeDtypeStruct((chunk, hidden), jnp.float32),
                    jax.ShapeDtypeStruct((1, steps * block), jnp.float32)],
         scratch_shapes=scratch,
-        input_output_aliases={8 + i: i for i in range(n)},
+        input_output_aliases={ins + i: i for i in range(n)},
         compiler_params=_params(),
         cost_estimate=pl.CostEstimate(
             flops=(2 + 2 * (n > 0)) * chunk * steps * block * hidden,
             transcendentals=chunk * steps * block * (2 if transform.tanh else 1),
-            bytes_accessed=(steps * block + chunk) * hidden * itemsize + chunk * steps * block * 4
+            bytes_accessed=(steps * block + chunk) * hidden * itemsize + chunk * steps * block * raw.dtype.itemsize
             + 2 * sum(a_.size * a_.dtype.itemsize for a_ in arrays) * steps * block // vocab),
-        name=f"tokamax_lm_head_chunk_gradients_v{block}",
-    )(targets, lse, a, c, d, raw, x, w, *arrays)
+        name=f"tokamax_lm_head_chunk_gradients_v{block}{'_compact' if compact else ''}",
+    )(targets, lse, a, c, d, raw, *[maxima] * compact, x, w, *arrays)
     dw = None if not n else tuple(out[:n]) if n == 2 else out[0]
     return dw, out[n], out[n + 1]
 
 
 def tail(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, lse: jax.Array, a: jax.Array, c: jax.Array,
-         d: jax.Array, acc: accumulate.Accumulator | None, dx: jax.Array, *, transform: LogitTransform, start: int
-         ) -> tuple[accumulate.Accumulator | None, jax.Array, jax.Array]:
+         d: jax.Array, acc: accumulate.Accumulator | None, dx: jax.Array, *, transform: LogitTransform, start: int,
+         maxima: jax.Array | None = None) -> tuple[accumulate.Accumulator | None, jax.Array, jax.Array]:
     """`gradients` for the entries from `start` (past its whole blocks) in XLA: (acc with G.T x added in those rows,
-    dx + G w float32, G's column sums float32 [entries]); `dx` float32 [chunk, hidden]."""
-    z, dz = transform(raw[:, start:])
-    col = jax.lax.broadcasted_iota(jnp.int32, z.shape, 1) + start
-    g = _gradient(z, dz, col, *(v[:, None] for v in (targets, lse, a, c, d)))
+    dx + G w float32, G's column sums float32 [entries]); `dx` float32 [chunk, hidden]. With `maxima`, `raw` is
+    compact and those entries lie in `logits`' last block (its maxima the last [chunk])."""
+    m_j = None if maxima is None else maxima[-lse.shape[0]:][:, None]
+    shifted, dz = _shifted(raw[:, start:], lse[:, None], m_j, transform)
+    col = jax.lax.broadcasted_iota(jnp.int32, shifted.shape, 1) + start
+    g = _gradient(shifted, dz, col, *(v[:, None] for v in (targets, a, c, d)))
     g_low = g.astype(x.dtype)
     dx = dx + _contract(g_low, w[start:], (1, 0))
     if acc is not None:
         part = accumulate.add(jax.tree.map(lambda arr: arr[start:], acc), g_low, x, kernel=False)
         acc = jax.tree.map(lambda arr, p: jax.lax.dynamic_update_slice_in_dim(arr, p, start, 0), acc, part)
     return acc, dx, jnp.sum(g, axis=0)
-
