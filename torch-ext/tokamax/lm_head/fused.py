@@ -50,8 +50,6 @@ from .cost import HBM_SHARE, Chip, chip
 from .stats import _check, row_stats, row_stats_vjp
 from .transform import LogitTransform
 
-import os  # EXPERIMENT
-OVERLAP = [os.environ.get("TOKAMAX_STREAMED_SERIAL") is None]  # EXPERIMENT
 STREAMED = "v5e-2026-12-05-bench-lm_head-streamed-f98634e.json"
 """The record (benchmarks/measured/) that keeps `streamed`'s kernels out of `choose_scheme`: on the v5e they ran slower
 than the accumulator kernel at every head within the share. Gemma 3's (8,192 x 2,560 -> 262,208): 221.9 ms in chunks
@@ -363,7 +361,7 @@ def _streamed_step(w: jax.Array, b: jax.Array, transform: LogitTransform, z_loss
         kept = jnp.where((m_c > 0) & ~target_checks.outside(t_c, vocab), m_c, 0.0)  # a NaN row adds nothing
         rows = (t_c, lse, kept * (1.0 + 2.0 * z_loss * lse), -kept * (1.0 - smoothing), -kept * (smoothing / vocab))
         acc, dx_c, db_c = streaming.gradients(raw, x_c, w, *rows, carry[0] if weight_grad else None,
-                                              transform=transform, block=block, maxima=maxima, overlap=OVERLAP[0])
+                                              transform=transform, block=block, maxima=maxima)
         db_c = db_c[0]
         if vocab % block:  # the entries past the whole blocks, in XLA
             acc, dx_c, db_tail = streaming.tail(raw, x_c, w, *rows, acc, dx_c, transform=transform,

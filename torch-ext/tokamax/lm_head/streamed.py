@@ -69,14 +69,14 @@ def vmem_bytes(kernel: str, chunk: int, hidden: int, block: int, itemsize: int, 
     changes, but two buffers are reserved), w's block, the stored block out (float32, or bf16 `compact`) and four
     [chunk, block] temporaries. `gradients`: x once (copied in by the kernel), the stored block, w's, dW's block in
     and out (`acc_bytes` an entry: 4 for float32 or the 16-bit pair, 3 with the int8 low half; 0 for a frozen head),
-    four [chunk, block] temporaries, dx's float32 accumulator and the [chunk, hidden] product added to it, and five
-    [block, hidden] float32 ones (two blocks' products, held a step; the sum, the rounding's remainder)."""
+    four [chunk, block] temporaries, dx's float32 accumulator and the [chunk, hidden] product added to it, and three
+    [block, hidden] float32 ones (the product, the sum, the rounding's remainder)."""
     c, h, b, s = chunk, hidden, block, itemsize
     stored = 2 if compact else 4
     blocks = 2 * b * h * s + 2 * c * b * stored + 4 * c * b * 4
     if kernel == "logits":
         return 2 * c * h * s + blocks
-    weights = 4 * acc_bytes * b * h + (5 * b * h * 4 if acc_bytes else 0)
+    weights = 4 * acc_bytes * b * h + (3 * b * h * 4 if acc_bytes else 0)
     return c * h * s + blocks + weights + 2 * c * h * 4
 
 
@@ -215,8 +215,7 @@ def _accumulator_copies(ins: tuple, slots: tuple, sems, j, block: int):  # noqa:
 
 def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, lse: jax.Array, a: jax.Array,
               c: jax.Array, d: jax.Array, acc: accumulate.Accumulator | None, *, transform: LogitTransform, block: int,
-              maxima: jax.Array | None = None, overlap: bool = True
-              ) -> tuple[accumulate.Accumulator | None, jax.Array, jax.Array]:
+              maxima: jax.Array | None = None) -> tuple[accumulate.Accumulator | None, jax.Array, jax.Array]:
     """Over the whole blocks of the vocabulary: (acc + G.T x in those rows, or None for a frozen head; G w float32
     [chunk, hidden]; G's column sums float32 [1, whole blocks' entries]) with G = (a p + c [j = t] + d) dz/dl,
     p = e^(z - lse), per-row a, c, d float32 [chunk] (0 in a row that adds nothing) and z, dz/dl the transform of
@@ -243,7 +242,6 @@ def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, ls
         outs, (dx_hbm, db_ref) = refs[2 + n:2 + 2 * n], refs[2 + 2 * n:4 + 2 * n]
         x_ref, dx_ref = refs[4 + 2 * n:6 + 2 * n]
         slots, sems, io = refs[6 + 2 * n:6 + 3 * n], refs[6 + 3 * n] if n else None, refs[-1]
-        part_s = refs[-2] if n and overlap else None
         j = pl.program_id(0)
         copy = _accumulator_copies(outs, slots, sems, j, block) if n else None
         x_in = pltpu.make_async_copy(x_hbm, x_ref, io.at[0])
@@ -257,25 +255,9 @@ def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, ls
         def _init() -> None:
             x_in.start()
             dx_ref[...] = jnp.zeros_like(dx_ref)
-            if n and not overlap:
+            if n:
                 each(copy(0, 0, False), "start")
             x_in.wait()
-
-        slot, other = j % 2, (j + 1) % 2
-        if n and overlap:  # block j into its slot once block j - 2 has left it; block j - 1 arrived
-            @pl.when(j >= 2)
-            def _free() -> None:
-                each(copy(j - 2, slot, True), "wait")
-            each(copy(j, slot, False), "start")
-
-            @pl.when(j >= 1)
-            def _arrived() -> None:
-                each(copy(j - 1, other, False), "wait")
-
-            # block j - 1's product added here, where nothing below waits on it: the vector work runs beside this
-            # step's matmuls (at step 0 the other slot holds no block and is never written back)
-            views = tuple(s_.at[other] for s_ in slots)
-            accumulate.add_in_kernel(views, views, part_s[other], bits)
 
         m_j = max_ref[...][:, None] if compact else None
         shifted, dz = _shifted(raw_ref[...], lse_ref[...][:, None], m_j, transform)
@@ -292,25 +274,7 @@ def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, ls
 
         if not n:
             return
-        if overlap:
-            part_s[slot] = _contract(g_low, x_ref[...], (0, 0))
-
-            @pl.when(j >= 1)
-            def _back() -> None:
-                each(copy(j - 1, other, True), "start")
-
-            @pl.when(j == steps - 1)
-            def _last() -> None:
-                each(copy(j, slot, False), "wait")
-                views = tuple(s_.at[slot] for s_ in slots)
-                accumulate.add_in_kernel(views, views, part_s[slot], bits)
-                each(copy(j, slot, True), "start")
-
-                @pl.when(j > 0)
-                def _before() -> None:
-                    each(copy(j - 1, other, True), "wait")
-                each(copy(j, slot, True), "wait")
-            return
+        slot, other = j % 2, (j + 1) % 2
 
         @pl.when(j + 1 < steps)
         def _fetch_next() -> None:
@@ -337,8 +301,7 @@ def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, ls
     itemsize = x.dtype.itemsize
     scratch = [pltpu.VMEM((chunk, hidden), x.dtype), pltpu.VMEM((chunk, hidden), jnp.float32)]
     scratch += [pltpu.VMEM((2, block, hidden), a_.dtype) for a_ in arrays]
-    scratch += [pltpu.SemaphoreType.DMA((2, n, 2))] * (n > 0)
-    scratch += [pltpu.VMEM((2, block, hidden), jnp.float32)] * (n > 0 and overlap) + [pltpu.SemaphoreType.DMA((2,))]
+    scratch += [pltpu.SemaphoreType.DMA((2, n, 2))] * (n > 0) + [pltpu.SemaphoreType.DMA((2,))]
     out = pl.pallas_call(
         kernel,
         grid=(steps,),
