@@ -73,10 +73,13 @@ def test_the_distillation_loss_gemma_attention_and_vocabulary_workloads_trace_fo
 
 @pytest.mark.kernels_ci
 def test_the_streamed_head_workloads_trace_for_the_v5e(kernel, emulation):
-    """`lm_head_streamed` (run when named only): per head the default, 3 chunks x 3 accumulators streamed, XLA."""
+    """`lm_head_streamed` (run when named only): per head the default, 3 chunks x 3 accumulators streamed, XLA; the
+    pairs with compact logits in chunks of 1024 at every head and 2048 at Gemma 3's (hidden 2560) only."""
     traced = _traced(emulation, lm_head_streamed.workloads(kernel), lambda w: (w.case.split(" head")[0], w.impl))
     assert ("Gemma 3 4B", "tokamax (chunks of 1024, streamed, pair accumulator, int8 low)") in traced
-    assert len(traced) == 3 * 11, traced
+    assert ("Gemma 3 4B", "tokamax (chunks of 2048, streamed, compact, pair accumulator, int8 low)") in traced
+    assert ("Llama 3 8B", "tokamax (chunks of 2048, streamed, compact, pair accumulator)") not in traced
+    assert len(traced) == 3 * 11 + 3 * 2 + 2, traced
 
 
 @pytest.mark.kernels_ci

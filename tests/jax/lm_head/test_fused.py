@@ -299,14 +299,16 @@ def test_with_the_accumulator_kernel_the_temporaries_and_times_are_what_the_chip
 
 
 @pytest.mark.kernels_ci
+@pytest.mark.parametrize("compact", [False, True], ids=["float32-logits", "compact-logits"])
 @pytest.mark.parametrize("pair", [False, True, "scaled"], ids=["float32", "pair", "pair-int8"])
 @pytest.mark.parametrize("vocab", [1000, 1280], ids=["tail", "whole-blocks"])
-def test_the_streamed_kernels_accumulate_dw_as_float64_says(kernel, emulation, pair, vocab):
+def test_the_streamed_kernels_accumulate_dw_as_float64_says(kernel, emulation, pair, vocab, compact):
     """bf16, 300 rows in 2 chunks of 128 and 44 left, the streamed way (`lm_head.streamed`, G in VMEM) with dW in each
     accumulator: 1,000 entries take a block of 512 and leave 488 to XLA (`streamed.tail`), 1,280 blocks of 1,024 and
     256 left. Against float64 of the bf16 operands: G is rounded to bf16 before both matmuls (2^-8 of |G|), dW and dx
     once to bf16 at the end (half their last place), the pair's low half keeps 2^-16 of the running sum per chunk
-    (the int8 one 2^-15), float32's sums sqrt(n) u; the loss is float32's."""
+    (the int8 one 2^-15), float32's sums sqrt(n) u; the loss is float32's. With compact logits (bf16 less the running
+    maximum, `streamed`), each p is off by at most p (max z - z) 2^-9 more, through |a| = the row's weight."""
     import jax.numpy as jnp
 
     lm_head = kernel.lm_head
@@ -317,21 +319,27 @@ def test_the_streamed_kernels_accumulate_dw_as_float64_says(kernel, emulation, p
     with emulation.interpret_on_cpu("v5e"):
         loss, dx, dw, db = jax.jit(lambda x, w: lm_head.fused.loss_and_grads(
             x, w, None, targets, m, lm_head.IDENTITY, chunk=128, streamed=True, pair_accumulator=bool(pair),
-            scaled_low=pair == "scaled"))(x, w)
+            scaled_low=pair == "scaled", compact=compact))(x, w)
     assert dw.dtype == dx.dtype == jnp.bfloat16
     x64, w64 = np.asarray(x, np.float64), np.asarray(w, np.float64)
     want, want_dx, want_dw, want_db, g_abs, terms = _reference(
         np.asarray(x, np.float32), np.asarray(w, np.float32), None, targets, m, lm_head.IDENTITY, 0.0, 0.0)
     assert abs(float(loss) - want) <= (np.sqrt(vocab) + np.sqrt(rows) + 8) * U * terms, (float(loss), want)
     low = {False: 0.0, True: 2.0 ** -16, "scaled": 2.0 ** -15}[pair]
-    for name, got, expected, scale, n, per_chunk in (
-            ("dx", dx, want_dx, g_abs @ np.abs(w64), vocab, 0.0),
-            ("dw", dw, want_dw, g_abs.T @ np.abs(x64), rows, low)):
+    z = x64 @ w64.T
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    stored = (np.abs(m)[:, None] * p * (z.max(axis=1, keepdims=True) - z + 1.0) * 2.0 ** -9 * 1.01 if compact
+              else np.zeros_like(z))  # + 1: the rounding of an entry at the maximum's own place
+    for name, got, expected, scale, n, per_chunk, extra in (
+            ("dx", dx, want_dx, g_abs @ np.abs(w64), vocab, 0.0, stored @ np.abs(w64)),
+            ("dw", dw, want_dw, g_abs.T @ np.abs(x64), rows, low, stored.T @ np.abs(x64))):
         got = np.asarray(got, np.float64)
         half_place = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(expected), 1e-30))) - 8)
-        bound = half_place + (2.0 ** -8 + chunks * per_chunk + (np.sqrt(n) + 8) * U) * scale * 1.01 + 1e-30
+        bound = half_place + (2.0 ** -8 + chunks * per_chunk + (np.sqrt(n) + 8) * U) * scale * 1.01 + extra + 1e-30
         assert (np.abs(got - expected) <= bound).all(), (name, float((np.abs(got - expected) / bound).max()))
-    np.testing.assert_allclose(np.asarray(db), want_db, rtol=0, atol=float((np.sqrt(rows) + 8) * U * g_abs.sum()))
+    np.testing.assert_allclose(np.asarray(db), want_db, rtol=0,
+                               atol=float((np.sqrt(rows) + 8) * U * g_abs.sum() + stored.sum(axis=0).max()))
 
 
 @pytest.mark.kernels_ci
@@ -369,7 +377,8 @@ def test_the_streamed_kernels_are_not_chosen_where_the_chip_ran_them_slower(kern
 
 @pytest.mark.kernels_ci
 def test_the_streamed_kernels_refuse_what_they_cannot_hold(kernel, emulation):
-    """Before anything is traced: a hidden size off the lanes, and a chunk whose blocks no VMEM holds (v7x's 64 MiB
+    """Before anything is traced: a hidden size off the lanes, compact logits where they cannot be (a soft cap, a chunk
+    Mosaic cannot cut the maxima into), and a chunk whose blocks no VMEM holds (v7x's 64 MiB
     at Llama 3 8B's hidden 4096 and chunks of 1024, which the compile tier's libtpu agrees with: the v5e and v6e
     compile it), each named with the op and the argument."""
     lm_head = kernel.lm_head
@@ -380,6 +389,12 @@ def test_the_streamed_kernels_refuse_what_they_cannot_hold(kernel, emulation):
                                              r"a chunk of 1024 rows at hidden 4096 in the chip's VMEM \(64 MiB\)"):
             lm_head.fused.loss_and_grads(np.zeros((1024, 4096), np.float32), np.zeros((256, 4096), np.float32), None,
                                          t, m, lm_head.IDENTITY, chunk=1024, streamed=True)
+        for transform, chunk in ((lm_head.LogitTransform.of(soft_cap=30.0), 256), (lm_head.IDENTITY, 768)):
+            with pytest.raises(ValueError, match=r"^tokamax lm_head loss_and_grads: compact needs 16-bit x and w, no "
+                                                 r"soft cap .* a multiple of 1024; got bfloat16, "):
+                bf16 = jax.numpy.bfloat16
+                lm_head.fused.loss_and_grads(jax.numpy.zeros((1024, 256), bf16), jax.numpy.zeros((256, 256), bf16),
+                                             None, t, m, transform, chunk=chunk, streamed=True, compact=True)
         with pytest.raises(ValueError, match=r"^tokamax lm_head loss_and_grads: streamed needs a hidden size that is "
                                              r"a multiple of 128 .* got hidden 200"):
             lm_head.fused.loss_and_grads(np.zeros((1024, 200), np.float32), np.zeros((256, 200), np.float32), None,

@@ -58,7 +58,11 @@ vector work per entry of dW is not hidden), against 232.1 for the accumulator ke
 and XLA's 199.9 (8.0 GiB); Llama 3 8B's and Qwen3 8B's 200.8 and 467.0 at best (vocabulary blocks of 256 and 128
 beside a chunk at hidden 4096), against 164.8 and 391.8. Every chunk re-reads w twice and dW's accumulator once
 in and out, and at these chunks that traffic is not hidden under the matmuls: the time falls with the chunk
-(Gemma 3's float32 accumulator: 294.2, 249.6, 224.0 ms at 512, 768, 1024 rows) where the roofline says flat."""
+(Gemma 3's float32 accumulator: 294.2, 249.6, 224.0 ms at 512, 768, 1024 rows) where the roofline says flat.
+Since the compact logits (v5e-2026-12-06-bench-lm_head-streamed-compact-dcc176a.json) one streamed way fits the share
+and beats the choice at one head: Gemma 3's in chunks of 1024 with the 16-bit pair, 223.3 ms in 1.76 GiB against
+232.1. It is not chosen yet: `cost` has no model of the streamed kernels' time (their vector work runs after each
+step's matmuls: the int8 pair's 5 ms per 10^9 dW entries added, at every head), and one head is not a rule."""
 CHUNKS = (4096, 2048, 1024)
 """Chunk rows the chunked scheme takes with XLA adding dW: below 1024, re-reading and re-writing the float32 dW per
 chunk costs more HBM time than the two matmuls it serves (the v5e at Llama 3 8B's head: 231.5 ms in chunks of 512,
