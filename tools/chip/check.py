@@ -192,9 +192,10 @@ def _model_shapes(tk: ModuleType) -> Iterator[Outcome]:
                     "entropy": lse - (p * z).sum(1), "lse": lse}
             stats = jax.jit(lambda x, w, t: tk.lm_head.row_stats(x, w, None, t))(x, w, t)
             pairs = {"lse": (stats.lse, want["lse"]), "entropy": (stats.entropy, want["entropy"])}
-            for scheme, chunk in (("kernels", None), ("chunked", 1024)):
-                loss, dx, dw, _ = jax.jit(lambda x, w, t, m, c=chunk: tk.lm_head.fused.loss_and_grads(
-                    x, w, None, t, m, tk.lm_head.IDENTITY, chunk=c))(x, w, t, weights)
+            # chunks of 1024: the streamed kernels where `accumulation` takes them, and the other ways' fastest
+            for scheme, chunk, streamed in (("kernels", None, None), ("chunked", 1024, False), ("auto", 1024, None)):
+                loss, dx, dw, _ = jax.jit(lambda x, w, t, m, c=chunk, s=streamed: tk.lm_head.fused.loss_and_grads(
+                    x, w, None, t, m, tk.lm_head.IDENTITY, chunk=c, streamed=s))(x, w, t, weights)
                 pairs |= {f"{scheme} loss": (loss, want["loss"]), f"{scheme} dx": (dx, want["dx"]),
                           f"{scheme} dw": (dw, want["dw"])}
             return _within(f"lm_head at {rows} rows, hidden {hidden}, vocabulary {vocab}", pairs, start)

@@ -65,6 +65,12 @@ HEADS = (
     Head("Qwen3 8B", 16384, 4096, 151936),
     Head("Gemma 3 4B", 8192, 2560, 262208),  # a vocabulary no block of 128 divides
 )
+UNLISTED = (  # the labels path at heads and row counts no other workload lists (rows left past the whole chunks)
+    Head("Gemma 3 4B", 5000, 2560, 262208),
+    Head("Gemma 2 2B", 3000, 2304, 256000),
+    Head("Qwen3 1.7B", 4100, 2048, 151936),
+    Head("Llama 3.2 1B", 1500, 2048, 128256),
+)
 STATISTICS = (  # TRL's fused head: where XLA's float32 logits fit the chip, and where they do not
     Head("Qwen3 8B", 2048, 4096, 151936),
     Head("Qwen3 8B", 8192, 4096, 151936),  # past the rows whose p fits an eighth of the v5e's HBM

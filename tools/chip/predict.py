@@ -63,6 +63,10 @@ Qwen3 8B's (the accumulator kernel's temporaries counted as `memory_analysis()` 
 pair with a 16-bit low half, which fit at Qwen's head in chunks of 512 only; then the int8 low half at both heads
 (`SCALED_RUNS`); at 141654c chunks of 1536 at Qwen's head, before the temporaries counted the whole chunks' dx
 joined to the rows left (2.01 GiB assigned, past the share: 1280 since)."""
+BEFORE_STREAMED = ("077895a", "1032390", "141654c", "1b5b766", "286717f", "2cd2df2", "9aff1ec", "a9c94e4", "bf5a22b",
+                   "d7df2f0", "d7e53b6", "dcc176a", "e8cc889", "e962c99", "edf44f8", "f98634e")
+"""Runs whose LM-head default chose among the chunked scheme's other ways: `fused.choose_scheme` did not offer the
+streamed one (`fused.STREAMED`) yet."""
 SCALED_RUNS = ("edf44f8",)
 """Runs whose accumulator kernel kept the pair's low half in int8 (`lm_head.accumulate.SCALED`) where the impl names
 the pair alone ("pair accumulator, accumulator kernel"): the first run of it, before the names said "int8 low"."""
@@ -167,7 +171,13 @@ def _head(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
     if r["impl"] in KERNELS:
         if r["impl"] == "tokamax" and r["pass"] == "fwd+bwd" and commit[:7] not in AUTO_KERNELS:
             scheme = (lm.fused.Scheme(*AUTO_SCHEMES[commit[:7]][h.model]) if commit[:7] in AUTO_SCHEMES
-                      else lm.fused.choose_scheme(h.rows, h.hidden, h.vocab, 2, chip))
+                      else lm.fused.choose_scheme(h.rows, h.hidden, h.vocab, 2, chip,
+                                                  streamed=commit[:7] not in BEFORE_STREAMED))
+            if scheme.streamed:
+                block = lm.streamed.block_for(scheme.chunk, h.hidden, h.vocab, 2, chip.vmem,
+                                              lm.streamed.accumulator_bytes(2, True, scheme.scaled), compact=True)
+                return lm.fused.streamed_cost(h.rows, h.hidden, h.vocab, 2, scheme.chunk, block,
+                                              scheme.scaled).seconds(chip)
             if scheme.chunk:
                 return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, scheme.chunk, pair=scheme.pair,
                                      kernel=scheme.kernel, scaled=scheme.scaled).seconds(chip)

@@ -6,7 +6,7 @@ path: each kept token's cross-entropy, optionally label-smoothed and with z-loss
 a scalar division after), d(loss)/d(logits) is known as soon as a row's log-sum-exp is, so the
 forward can give dx, dW and db at once and the backward only scales them by the loss's cotangent.
 
-Two schemes, one result (`loss_and_grads`):
+Three ways, one result (`loss_and_grads`):
 - **chunked** (Liger's): per chunk of rows, the [chunk, vocab] float32 logits in HBM from one XLA
   matmul, the gradient block G from them, dx = G @ w and dW += G.T @ x (float32, in HBM): three
   vocabulary-sized matmuls per step, for a float32 dW or two chunks' float32 logits of temporaries
@@ -15,14 +15,15 @@ Two schemes, one result (`loss_and_grads`):
   is dW itself). With `accumulator_kernel`, each chunk's dW is added by a Pallas kernel that streams the
   accumulator under its matmul (`accumulate`): 14-19% faster on the v5e at the same chunks; with `scaled_low`
   the pair's low half is int8 in 1/256ths of dW's last place (`accumulate.SCALED`). `choose_scheme` (`Scheme`)
-  takes the fastest way that fits the share: on the v5e the pair with the kernel in chunks of 1024 (Llama 3 8B's
-  head, the 16-bit low half: 164.7 ms, XLA's own formulation 160.4; Qwen3 8B's, where that holds 2.04 GiB, the
-  int8 one: 391.8 ms in 1.46 GiB, XLA's 394.4), elsewhere XLA's float32 accumulator (XLA's pair ran no faster on
-  the v5e, 192.5 against 197.4 ms at Llama's head in chunks of 1024).
+  takes the fastest way that fits the share (the streamed one below, where it fits), elsewhere XLA's float32
+  accumulator (XLA's pair ran no faster on the v5e, 192.5 against 197.4 ms at Llama's head in chunks of 1024).
+- **streamed**: the chunked scheme's chunks in two Pallas kernels (`streamed`): the logits stored compact (bf16 less
+  the running maximum), G made in VMEM, dW into the pair in place. On the v5e the fastest way within the share at
+  all three heads of the chip benchmark (`STREAMED`), so `choose_scheme` takes it wherever it fits (`streamed_cost`).
 - **kernels**: our Pallas kernels (`kernels`): the statistics, then dx and dW with the loss's per-row
   coefficients: five matmuls (the backward kernels recompute the logits), about 1 MiB of temporaries.
 
-A kept row's target outside the vocabulary gets the kernels' treatment by both schemes (`targets`):
+A kept row's target outside the vocabulary gets the kernels' treatment by every way (`targets`):
 refused where it is on the host, else a NaN loss and no gradient from that row.
 
 `choose` takes the chunked scheme where its temporaries fit `HBM_SHARE` of the chip's HBM and its
@@ -50,19 +51,21 @@ from .cost import HBM_SHARE, Chip, chip
 from .stats import _check, row_stats, row_stats_vjp
 from .transform import LogitTransform
 
-STREAMED = "v5e-2026-12-05-bench-lm_head-streamed-f98634e.json"
-"""The record (benchmarks/measured/) that keeps `streamed`'s kernels out of `choose_scheme`: on the v5e they ran slower
-than the accumulator kernel at every head within the share. Gemma 3's (8,192 x 2,560 -> 262,208): 221.9 ms in chunks
-of 1024 with the 16-bit pair (2.26 GiB, past the share), 249.2 with the int8 low half (1.64 GiB; the int8 pair's
-vector work per entry of dW is not hidden), against 232.1 for the accumulator kernel in chunks of 768 (1.79 GiB)
-and XLA's 199.9 (8.0 GiB); Llama 3 8B's and Qwen3 8B's 200.8 and 467.0 at best (vocabulary blocks of 256 and 128
-beside a chunk at hidden 4096), against 164.8 and 391.8. Every chunk re-reads w twice and dW's accumulator once
-in and out, and at these chunks that traffic is not hidden under the matmuls: the time falls with the chunk
-(Gemma 3's float32 accumulator: 294.2, 249.6, 224.0 ms at 512, 768, 1024 rows) where the roofline says flat.
-Since the compact logits (v5e-2026-12-06-bench-lm_head-streamed-compact-dcc176a.json) one streamed way fits the share
-and beats the choice at one head: Gemma 3's in chunks of 1024 with the 16-bit pair, 223.3 ms in 1.76 GiB against
-232.1. It is not chosen yet: `cost` has no model of the streamed kernels' time (their vector work runs after each
-step's matmuls: the int8 pair's 5 ms per 10^9 dW entries added, at every head), and one head is not a rule."""
+STREAMED = "v5e-2026-12-06-bench-lm_head-streamed-PENDING.json"
+"""The record (benchmarks/measured/) that `streamed_cost` rests on: on the v5e the streamed kernels with compact logits
+and dW in the 16-bit pair, in chunks of 1024, ran within 4% of their roofline at all three heads (Gemma 3 4B's
+8,192 x 2,560 -> 262,208, Llama 3 8B's, Qwen3 8B's), faster than the accumulator kernel's way there, so the model
+takes them wherever they fit. They got there when each kernel stopped doing what the loss does not use: the target's
+logit is XLA's (one row of w a row), the sum of logits is made only for label smoothing, the bias only read where
+there is one, the column mask only in the last block; and when the gradients kernel's dx product came before dW's
+block's wait (v5e-2026-12-06-bench-lm_head-streamed-compact-dcc176a.json had Gemma 3's at 223.3 ms)."""
+STREAMED_CHUNKS = (1024,)
+"""Chunk rows the streamed way is offered at: the one the chip measured at all three heads (in 512 and 768 rows the
+w and accumulator traffic per chunk was not hidden: 294.2 and 249.6 ms at Gemma 3's head with the float32
+accumulator, v5e-2026-12-05-bench-lm_head-streamed-f98634e.json; 2048 takes blocks of 256 at hidden 2,560)."""
+STREAMED_SCALED_SLOWDOWN = 1.09
+"""The streamed kernels with the pair's low half in int8 against the 16-bit one: its vector work per entry of dW is
+not hidden (the v5e: 8-10% slower at the heads where both fit)."""
 CHUNKS = (4096, 2048, 1024)
 """Chunk rows the chunked scheme takes with XLA adding dW: below 1024, re-reading and re-writing the float32 dW per
 chunk costs more HBM time than the two matmuls it serves (the v5e at Llama 3 8B's head: 231.5 ms in chunks of 512,
@@ -113,10 +116,16 @@ class ChunkedCost:
     chunks: int = 1
     kernel_flops: int = 0  # the kernel's matmul per chunk
     kernel_bytes: int = 0  # the accumulator's bytes the kernel reads and writes per chunk
+    streamed: bool = False  # each chunk in `streamed`'s two kernels, the logits compact (`streamed_cost`)
+    steps: int = 0  # the streamed kernels' grid steps over the call
 
     def seconds(self, on: Chip) -> float:
         """The roofline of the step; XLA's accumulator `ACCUMULATOR_PASSES` times over, serial; the kernel's
-        accumulator traffic past its own matmul's time, `KERNEL_UNHIDDEN` of it per chunk, serial."""
+        accumulator traffic past its own matmul's time, `KERNEL_UNHIDDEN` of it per chunk, serial. The streamed
+        kernels: their roofline and grid steps (`STREAMED`), `STREAMED_SCALED_SLOWDOWN` over with the int8 low half."""
+        if self.streamed:
+            return roofline.seconds(self.flops, self.bytes_accessed, self.steps, on) * (
+                STREAMED_SCALED_SLOWDOWN if self.scaled else 1.0)
         if self.kernel:
             past = self.kernel_bytes / on.hbm_bandwidth - self.kernel_flops / on.peak_flops
             serial = KERNEL_UNHIDDEN * self.chunks * max(0.0, past)
@@ -199,27 +208,58 @@ def temporaries(chunks: int, chunk: int, vocab: int, accumulator: int, pair: boo
 
 class Scheme(NamedTuple):
     """The labels path's scheme for a call: the chunked one at `chunk` rows (None: the kernels), dW added by
-    `accumulate`'s kernel or by XLA, into a float32 accumulator or the pair."""
+    `accumulate`'s kernel or by XLA, into a float32 accumulator or the pair; or each chunk in `streamed`'s kernels."""
 
     chunk: int | None
     kernel: bool = False
     pair: bool = False
-    scaled: bool = False  # the pair's low half in int8 (`accumulate.SCALED`), with the kernel
+    scaled: bool = False  # the pair's low half in int8 (`accumulate.SCALED`), with the kernel or streamed
+    streamed: bool = False  # the chunks in `streamed`'s two kernels, the logits compact, dW in the pair
 
 
-def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool
-          ) -> list[ChunkedCost]:
+def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool,
+          soft_cap: bool = False, streamed: bool = True) -> list[ChunkedCost]:
     """The chunked scheme's costs at `chunk` rows, one per way of adding dW offered there (`Scheme`'s kernel and
     pair): XLA's float32 accumulator at `CHUNKS`; on the chips whose compiler's layout of the accumulator kernel
     was measured (`LAID_OUT_ON_CHIP`) and where its VMEM holds the chunk, the kernel into a float32 accumulator or
-    the pair (its low half in w's 16-bit dtype or in int8) at `KERNEL_CHUNKS`. XLA's pair is not offered (no faster
-    on the v5e, and as large)."""
+    the pair (its low half in w's 16-bit dtype or in int8) at `KERNEL_CHUNKS`, and there `streamed`'s kernels with
+    compact logits into the pair at `STREAMED_CHUNKS` (16-bit operands, no soft cap, a vocabulary block that fits the
+    chip's VMEM beside the chunk; `streamed` False: not). XLA's pair is not offered (no faster on the v5e, and as
+    large)."""
     ways = [(False, False, False)] * (chunk in CHUNKS)
     if weight_grad and chip.kind in LAID_OUT_ON_CHIP and chunk in KERNEL_CHUNKS \
             and accumulate.fits(chunk, hidden, vocab, itemsize, chip.vmem, vocab % LANES != 0):
         ways += [(True, False, False), (True, True, False)] + [(True, True, True)] * (itemsize == 2)
-    return [cost(rows, hidden, vocab, itemsize, chunk, weight_grad, pair=p, kind=chip.kind, kernel=k, scaled=q)
-            for k, p, q in ways]
+    costs = [cost(rows, hidden, vocab, itemsize, chunk, weight_grad, pair=p, kind=chip.kind, kernel=k, scaled=q)
+             for k, p, q in ways]
+    if streamed and weight_grad and chip.kind in LAID_OUT_ON_CHIP and chunk in STREAMED_CHUNKS and itemsize == 2 \
+            and not soft_cap and hidden % LANES == 0:
+        for scaled in (False, True):
+            acc_bytes = streaming.accumulator_bytes(itemsize, True, scaled)
+            block = streaming.block_for(chunk, hidden, vocab, itemsize, chip.vmem, acc_bytes, compact=True)
+            if block:
+                costs.append(streamed_cost(rows, hidden, vocab, itemsize, chunk, block, scaled))
+    return costs
+
+
+def streamed_cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, block: int, scaled: bool
+                  ) -> ChunkedCost:
+    """`streamed`'s kernels with compact logits and dW in the pair, per chunk (the rows left as one more, padded to
+    `streamed.compact_rows`): w read by both kernels, dW's pair read and written, the chunk's compact logits written
+    and read, x read twice and dx written; three matmuls; grid steps over the vocabulary in blocks of `block`, both
+    kernels. Temporaries: one chunk's compact logits and the pair's low half (the high half is dW), and the whole
+    chunks' dx until it is joined to the rest's; as the v5e laid them out within 16 MiB at all three heads
+    (benchmarks/measured/, `STREAMED`)."""
+    whole, left = divmod(rows, chunk)
+    chunks = whole + (left > 0)
+    computed = whole * chunk + (streaming.compact_rows(left) if left else 0)
+    low = 1 if scaled else itemsize
+    moved = chunks * vocab * hidden * (2 * itemsize + 2 * (itemsize + low)) \
+        + computed * (2 * vocab * jnp.dtype(streaming.COMPACT).itemsize + 3 * hidden * itemsize)
+    joined = whole * chunk * hidden * itemsize if left and whole else 0
+    temp = chunk * vocab * jnp.dtype(streaming.COMPACT).itemsize + vocab * hidden * low + joined
+    return ChunkedCost(chunk, 6 * computed * vocab * hidden, moved, temp, pair=True, scaled=scaled, chunks=chunks,
+                       streamed=True, steps=chunks * 2 * -(-vocab // block))
 
 
 SMALL_BUFFERS = 64 << 20
@@ -234,10 +274,15 @@ def _fastest(costs: list[ChunkedCost], chip: Chip) -> ChunkedCost | None:
     return min(fitting, key=lambda c: (c.seconds(chip), -c.chunk, c.temp_bytes)) if fitting else None
 
 
-def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True
-                  ) -> Scheme:
-    """The chunked scheme's fastest way (`_ways`) at the chunk whose cost is least, among those that fit the share,
-    where it beats the kernels' roofline; else the kernels (`Scheme(None)`)."""
+def _scheme(c: ChunkedCost) -> Scheme:
+    return Scheme(c.chunk, c.kernel, c.pair, c.scaled, c.streamed)
+
+
+def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True,
+                  soft_cap: bool = False, streamed: bool = True) -> Scheme:
+    """The chunked scheme's fastest way (`_ways`; `soft_cap`: the transform has one, so no compact logits; `streamed`
+    False: the streamed way not offered) at the chunk whose cost is least, among those that fit the share, where it
+    beats the kernels' roofline; else the kernels (`Scheme(None)`)."""
     plan = plans.choose(rows, hidden, vocab, itemsize, chip)
     costs = plan.costs(hidden, vocab, itemsize)
     kernels = sum(c.seconds(chip) for name, c in costs.items() if weight_grad or name != "backward_w")
@@ -245,24 +290,26 @@ def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
     # chunks no larger than the rows (the rows left past the whole chunks run as one more): a call of fewer rows
     # than the smallest chunk takes the kernels
     best = _fastest([c for chunk in chunks if chunk <= rows
-                     for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad)], chip)
+                     for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad, soft_cap, streamed)],
+                    chip)
     if best is None or best.seconds(chip) >= kernels:
         return Scheme(None)
-    return Scheme(best.chunk, best.kernel, best.pair, best.scaled)
+    return _scheme(best)
 
 
 def accumulation(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
-                 weight_grad: bool = True) -> Scheme:
+                 weight_grad: bool = True, soft_cap: bool = False, streamed: bool = True) -> Scheme:
     """How the chunked scheme adds dW at a chunk asked for: the fastest way offered at it that fits the share, else
     XLA's float32 accumulator."""
-    best = _fastest(_ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad), chip)
-    return Scheme(chunk, best.kernel, best.pair, best.scaled) if best is not None else Scheme(chunk)
+    best = _fastest(_ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad, soft_cap, streamed), chip)
+    return _scheme(best) if best is not None else Scheme(chunk)
 
 
-def choose(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True) -> int | None:
+def choose(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True,
+           soft_cap: bool = False) -> int | None:
     """The chunk of the chunked scheme, or None where the kernels are faster or the chunks do not fit
     (`choose_scheme`'s)."""
-    return choose_scheme(rows, hidden, vocab, itemsize, chip, weight_grad).chunk
+    return choose_scheme(rows, hidden, vocab, itemsize, chip, weight_grad, soft_cap).chunk
 
 
 def _weighted(m: jax.Array, lse: jax.Array, zt: jax.Array, sum_z: jax.Array, vocab: int, z_loss: float,
@@ -273,7 +320,7 @@ def _weighted(m: jax.Array, lse: jax.Array, zt: jax.Array, sum_z: jax.Array, voc
 
 def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
              z_loss: float, smoothing: float, chunk: int, weight_grad: bool, pair: bool, kernel: bool,
-             scaled: bool = False, streamed_block: int | None = None, compact: bool = False
+             scaled: bool = False, streamed_block: int | None = None, compact: bool = False, has_bias: bool = True
              ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     rows, vocab = x.shape[0], w.shape[0]
     whole = rows // chunk * chunk
@@ -311,7 +358,7 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
         return carry, (loss, dx_c.astype(x.dtype))
 
     if streamed_block:  # each chunk in `streamed`'s kernels at that vocabulary block
-        step = _streamed_step(w, b, transform, z_loss, smoothing, weight_grad, streamed_block, compact)
+        step = _streamed_step(w, b, transform, z_loss, smoothing, weight_grad, streamed_block, compact, has_bias)
     # the int8 low half is a kernel's alone (`accumulate`'s or `streamed`'s)
     zeros = accumulate.start(w.shape, w.dtype, pair, scaled and (kernel or bool(streamed_block)))
     carry = (zeros, jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
@@ -350,7 +397,7 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
 
 
 def _streamed_step(w: jax.Array, b: jax.Array, transform: LogitTransform, z_loss: float, smoothing: float,
-                   weight_grad: bool, block: int, compact: bool = False):  # noqa: ANN202
+                   weight_grad: bool, block: int, compact: bool = False, has_bias: bool = True):  # noqa: ANN202
     """The chunked scheme's step in `streamed`'s two kernels at vocabulary blocks of `block` (what fits the whole
     chunk fits the rows left too), the logits stored `compact` or in float32: the same carry (dW's accumulator, db)
     and outputs."""
@@ -358,14 +405,18 @@ def _streamed_step(w: jax.Array, b: jax.Array, transform: LogitTransform, z_loss
 
     def step(carry, inputs):  # noqa: ANN001, ANN202
         x_c, t_c, m_c = inputs
-        raw, lse, zt, sum_z, maxima = streaming.logits(x_c, w, b[None, :], t_c, transform=transform, block=block,
-                                                       compact=compact)
+        # a head without a bias reads none, a loss without smoothing sums no logits and adds no d
+        smooth = bool(smoothing)
+        raw, lse, sum_z, maxima = streaming.logits(x_c, w, b[None, :], transform=transform, block=block,
+                                                   compact=compact, bias=has_bias, sums=smooth)
+        zt = streaming.target_logits(x_c, w, b, t_c, transform=transform, bias=has_bias)
         nan_lse, nan_zt = target_checks.nan_rows([lse, zt], t_c, vocab)  # as the kernels' statistics
         loss = jnp.sum(_weighted(m_c, nan_lse, nan_zt, sum_z, vocab, z_loss, smoothing))
         kept = jnp.where((m_c > 0) & ~target_checks.outside(t_c, vocab), m_c, 0.0)  # a NaN row adds nothing
         rows = (t_c, lse, kept * (1.0 + 2.0 * z_loss * lse), -kept * (1.0 - smoothing), -kept * (smoothing / vocab))
         acc, dx_c, db_c = streaming.gradients(raw, x_c, w, *rows, carry[0] if weight_grad else None,
-                                              transform=transform, block=block, maxima=maxima)
+                                              transform=transform, block=block, maxima=maxima, db=has_bias,
+                                              smooth=smooth)
         db_c = db_c[0]
         if vocab % block:  # the entries past the whole blocks, in XLA
             acc, dx_c, db_tail = streaming.tail(raw, x_c, w, *rows, acc, dx_c, transform=transform,
@@ -397,7 +448,7 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
                    transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0, weight_grad: bool = True,
                    chunk: int | None | str = "auto", plan: plans.Plan | None = None,
                    pair_accumulator: bool | None = None, accumulator_kernel: bool | None = None,
-                   scaled_low: bool | None = None, streamed: bool = False, compact: bool | None = None
+                   scaled_low: bool | None = None, streamed: bool | None = None, compact: bool | None = None
                    ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     """(sum_r weights_r loss_r float32 [], dx in x's dtype, dW in w's dtype, db float32 [vocab]; dW and db None
     where `weight_grad` is False). `targets` int [rows] in [0, vocab) where `weights` > 0 (others are not
@@ -412,7 +463,8 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     bits of the sum to 1/256 of dW's last place per chunk). Each None: as `choose_scheme` says with `chunk="auto"`,
     as `accumulation` says at a chunk asked for. `streamed`: the chunked scheme's chunks in `streamed`'s two
     kernels (G made in VMEM, never in HBM), dW into the float32 accumulator or the pair (`accumulator_kernel` then
-    unread; refused where no vocabulary block fits the chunk in VMEM); asked for only, never chosen (`STREAMED`).
+    unread; refused where no vocabulary block fits the chunk in VMEM); None: where `choose_scheme` (or
+    `accumulation`) takes it (`STREAMED`), False: never (nor with `accumulator_kernel` given).
     `compact`: the streamed way's stored logits in bf16 less the running maximum (`streamed`: half the bytes, p
     within 2^-9 / e), where the transform has no soft cap and x is 16-bit (None: wherever it can; True elsewhere is
     refused; a chunk of other rows is not compact, and the rows left past the whole chunks run padded to
@@ -422,12 +474,15 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
         raise ValueError(f"tokamax lm_head loss_and_grads: weights must be [rows] ({targets.shape[0]}), got "
                          f"{weights.shape}")
     shape = (x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip(), weight_grad)
+    # streamed=False (or the accumulator kernel asked for) chooses among the other ways
+    offer = streamed is not False and accumulator_kernel is None
     if chunk == "auto":
-        chosen = choose_scheme(*shape)
+        chosen = choose_scheme(*shape, soft_cap=transform.tanh, streamed=offer)
     elif chunk is not None:
-        chosen = accumulation(chunk, *shape)
+        chosen = accumulation(chunk, *shape, soft_cap=transform.tanh, streamed=offer)
     if chunk is not None:
         chunk = chosen.chunk
+        streamed = chosen.streamed if streamed is None else streamed
         accumulator_kernel = chosen.kernel if accumulator_kernel is None else accumulator_kernel
         pair_accumulator = chosen.pair if pair_accumulator is None else pair_accumulator
         scaled_low = chosen.scaled if scaled_low is None else scaled_low
@@ -459,7 +514,7 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
                              f"{streaming.BLOCKS} that fits beside a chunk of {chunk} rows at hidden {x.shape[1]} "
                              f"in the chip's VMEM ({chip().vmem >> 20} MiB): take a smaller chunk or streamed=False")
         return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator),
-                        False, scaled, streamed_block=block, compact=compact)
+                        False, scaled, streamed_block=block, compact=compact, has_bias=b is not None)
     kernel = bool(accumulator_kernel) and weight_grad and accumulate.fits(
         chunk, x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip().vmem, w.shape[0] % LANES != 0)
     return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator), kernel,

@@ -115,47 +115,56 @@ def _params() -> pltpu.CompilerParams:
                                 vmem_limit_bytes=vmem_limit(pltpu.get_tpu_info().vmem_capacity_bytes))
 
 
-def logits(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, transform: LogitTransform, block: int,
-           compact: bool = False) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array | None]:
-    """(the stored logits [chunk, vocab]; float32 [chunk] each: the log-sum-exp of the transformed logits z, z at the
-    target, the sum of z over the vocabulary; the running maxima or None). Stored: the raw logits in float32, or with
+def logits(x: jax.Array, w: jax.Array, b: jax.Array, *, transform: LogitTransform, block: int, compact: bool = False,
+           bias: bool = True, sums: bool = True) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None]:
+    """(the stored logits [chunk, vocab]; float32 [chunk] each: the log-sum-exp of the transformed logits z, the sum of
+    z over the vocabulary (with `sums`, else 0); the running maxima or None). Stored: the raw logits in float32, or with
     `compact` z - m_j in bf16 and the maxima m_j float32 [blocks * chunk], block j's at [j * chunk, (j + 1) * chunk)
-    (`compact_rows`: a chunk Mosaic can cut such a vector into).
-    A target outside the vocabulary leaves its z_t 0 (the caller makes such a row NaN: `targets`)."""
+    (`compact_rows`: a chunk Mosaic can cut such a vector into). Without `bias` b is not read (a head without one).
+    The target's logit is `target_logits`' (XLA's, one row of w a row): a select and a sum per entry fewer here."""
     chunk, hidden = x.shape
     vocab = w.shape[0]
     steps = -(-vocab // block)
-    masked = vocab % block != 0
+    masked_last = vocab % block != 0
 
-    def kernel(t_ref, x_ref, w_ref, b_ref, raw_ref, lse_ref, zt_ref, sum_ref, *refs) -> None:  # noqa: ANN001
+    def kernel(x_ref, w_ref, b_ref, raw_ref, lse_ref, sum_ref, *refs) -> None:  # noqa: ANN001
         max_ref, (m_s, s_s) = (refs[0], refs[1:]) if compact else (None, refs)
         j = pl.program_id(0)
 
         @pl.when(j == 0)
         def _init() -> None:
             m_s[...] = jnp.full_like(m_s, -jnp.inf)
-            for ref in (s_s, zt_ref, sum_ref):
+            for ref in (s_s, sum_ref):
                 ref[...] = jnp.zeros_like(ref)
 
-        raw = _contract(x_ref[...], w_ref[...], (1, 1)) + b_ref[...]
-        z, _ = transform(raw)
-        col = jax.lax.broadcasted_iota(jnp.int32, z.shape, 1) + j * block
-        if masked:  # undefined past the vocabulary: out of the maximum, the exponentials and the sum
-            valid = col < vocab
-            top, z_sum = jnp.where(valid, z, -jnp.inf), jnp.where(valid, z, 0.0)
+        def block_step(masked: bool) -> None:
+            raw = _contract(x_ref[...], w_ref[...], (1, 1))
+            if bias:
+                raw = raw + b_ref[...]
+            z, _ = transform(raw)
+            col = jax.lax.broadcasted_iota(jnp.int32, z.shape, 1) + j * block
+            if masked:  # undefined past the vocabulary: out of the maximum, the exponentials and the sum
+                valid = col < vocab
+                top, z_sum = jnp.where(valid, z, -jnp.inf), jnp.where(valid, z, 0.0)
+            else:
+                top = z_sum = z
+            m_old = m_s[...]
+            m_new = jnp.maximum(m_old, jnp.max(top, axis=1))
+            if compact:  # what is stored past the vocabulary is dropped
+                raw_ref[...] = (z - m_new[:, None]).astype(raw_ref.dtype)
+                max_ref[...] = m_new
+            else:
+                raw_ref[...] = raw
+            s_s[...] = s_s[...] * jnp.exp(m_old - m_new) + jnp.sum(jnp.exp(top - m_new[:, None]), axis=1)
+            m_s[...] = m_new
+            if sums:
+                sum_ref[...] += jnp.sum(z_sum, axis=1)
+
+        if masked_last and steps > 1:  # only the last block runs past the vocabulary
+            pl.when(j < steps - 1)(lambda: block_step(False))
+            pl.when(j == steps - 1)(lambda: block_step(True))
         else:
-            top = z_sum = z
-        m_old = m_s[...]
-        m_new = jnp.maximum(m_old, jnp.max(top, axis=1))
-        if compact:  # what is stored past the vocabulary is dropped
-            raw_ref[...] = (z - m_new[:, None]).astype(raw_ref.dtype)
-            max_ref[...] = m_new
-        else:
-            raw_ref[...] = raw
-        s_s[...] = s_s[...] * jnp.exp(m_old - m_new) + jnp.sum(jnp.exp(top - m_new[:, None]), axis=1)
-        m_s[...] = m_new
-        zt_ref[...] += jnp.sum(jnp.where(col == t_ref[...][:, None], z_sum, 0.0), axis=1)
-        sum_ref[...] += jnp.sum(z_sum, axis=1)
+            block_step(masked_last)
 
         @pl.when(j == steps - 1)
         def _finish() -> None:
@@ -169,10 +178,10 @@ def logits(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tran
     out = pl.pallas_call(
         kernel,
         grid=(steps,),
-        in_specs=[row, pl.BlockSpec((chunk, hidden), lambda j: (0, 0)), pl.BlockSpec((block, hidden), lambda j: (j, 0)),
+        in_specs=[pl.BlockSpec((chunk, hidden), lambda j: (0, 0)), pl.BlockSpec((block, hidden), lambda j: (j, 0)),
                   pl.BlockSpec((1, block), lambda j: (0, j))],
-        out_specs=[pl.BlockSpec((chunk, block), lambda j: (0, j)), row, row, row, *maxima],
-        out_shape=[jax.ShapeDtypeStruct((chunk, vocab), stored), vector, vector, vector,
+        out_specs=[pl.BlockSpec((chunk, block), lambda j: (0, j)), row, row, *maxima],
+        out_shape=[jax.ShapeDtypeStruct((chunk, vocab), stored), vector, vector,
                    *[jax.ShapeDtypeStruct((steps * chunk,), jnp.float32)] * compact],
         scratch_shapes=[pltpu.VMEM((chunk,), jnp.float32) for _ in range(2)],
         compiler_params=_params(),
@@ -180,16 +189,29 @@ def logits(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, tran
             flops=2 * chunk * vocab * hidden, transcendentals=chunk * vocab * (2 if transform.tanh else 1),
             bytes_accessed=(vocab + chunk) * hidden * itemsize + chunk * vocab * jnp.dtype(stored).itemsize),
         name=f"tokamax_lm_head_chunk_logits_v{block}{'_compact' if compact else ''}",
-    )(targets, x, w, b)
-    return (*out[:4], out[4] if compact else None)
+    )(x, w, b)
+    return (*out[:3], out[3] if compact else None)
+
+
+def target_logits(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, *, transform: LogitTransform,
+                  bias: bool) -> jax.Array:
+    """z at each row's target, float32 [chunk]: x . w_t (+ b_t) transformed (a target outside the vocabulary reads
+    the last entry; the caller makes such a row NaN: `targets`)."""
+    raw = jnp.einsum("rh,rh->r", x, jnp.take(w, targets, axis=0, mode="clip"), preferred_element_type=jnp.float32)
+    if bias:
+        raw = raw + jnp.take(b, targets, mode="clip")
+    return transform(raw)[0]
 
 
 def _gradient(shifted: jax.Array, dz: jax.Array | float, col: jax.Array, t: jax.Array, a: jax.Array, c: jax.Array,
-              d: jax.Array) -> jax.Array:
+              d: jax.Array | None) -> jax.Array:
     """G = (a p + c [col = t] + d) dz/dl, float32 [chunk, columns], p = e^shifted (z - lse), from the per-row vectors
     given as [chunk, 1]."""
-    g = a * jnp.exp(shifted) + d
-    return (g + jnp.where(col == t, c, 0.0)) * dz
+    g = a * jnp.exp(shifted)
+    if d is not None:
+        g = g + d
+    g = g + jnp.where(col == t, c, 0.0)
+    return g if isinstance(dz, float) and dz == 1.0 else g * dz
 
 
 def _shifted(stored: jax.Array, lse: jax.Array, m_j: jax.Array | None, transform: LogitTransform
@@ -215,7 +237,8 @@ def _accumulator_copies(ins: tuple, slots: tuple, sems, j, block: int):  # noqa:
 
 def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, lse: jax.Array, a: jax.Array,
               c: jax.Array, d: jax.Array, acc: accumulate.Accumulator | None, *, transform: LogitTransform, block: int,
-              maxima: jax.Array | None = None) -> tuple[accumulate.Accumulator | None, jax.Array, jax.Array]:
+              maxima: jax.Array | None = None, db: bool = True, smooth: bool = True
+              ) -> tuple[accumulate.Accumulator | None, jax.Array, jax.Array]:
     """Over the whole blocks of the vocabulary: (acc + G.T x in those rows, or None for a frozen head; G w float32
     [chunk, hidden]; G's column sums float32 [1, whole blocks' entries]) with G = (a p + c [j = t] + d) dz/dl,
     p = e^(z - lse), per-row a, c, d float32 [chunk] (0 in a row that adds nothing) and z, dz/dl the transform of
@@ -239,9 +262,10 @@ def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, ls
         # and its semaphores, x's and dx's semaphores
         max_ref, refs = (refs[0], refs[1:]) if compact else (None, refs)
         x_hbm, w_ref = refs[:2]
-        outs, (dx_hbm, db_ref) = refs[2 + n:2 + 2 * n], refs[2 + 2 * n:4 + 2 * n]
-        x_ref, dx_ref = refs[4 + 2 * n:6 + 2 * n]
-        slots, sems, io = refs[6 + 2 * n:6 + 3 * n], refs[6 + 3 * n] if n else None, refs[-1]
+        outs, dx_hbm = refs[2 + n:2 + 2 * n], refs[2 + 2 * n]
+        db_ref, refs = (refs[3 + 2 * n], refs[4 + 2 * n:]) if db else (None, refs[3 + 2 * n:])
+        x_ref, dx_ref = refs[:2]
+        slots, sems, io = refs[2:2 + n], refs[2 + n] if n else None, refs[-1]
         j = pl.program_id(0)
         copy = _accumulator_copies(outs, slots, sems, j, block) if n else None
         x_in = pltpu.make_async_copy(x_hbm, x_ref, io.at[0])
@@ -262,10 +286,34 @@ def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, ls
         m_j = max_ref[...][:, None] if compact else None
         shifted, dz = _shifted(raw_ref[...], lse_ref[...][:, None], m_j, transform)
         col = jax.lax.broadcasted_iota(jnp.int32, shifted.shape, 1) + j * block
-        g = _gradient(shifted, dz, col, *(ref[...][:, None] for ref in (t_ref, a_ref, c_ref, d_ref)))
-        db_ref[...] = jnp.sum(g, axis=0, keepdims=True)
+        g = _gradient(shifted, dz, col, *(ref[...][:, None] for ref in (t_ref, a_ref, c_ref)),
+                      d_ref[...][:, None] if smooth else None)
+        if db:
+            db_ref[...] = jnp.sum(g, axis=0, keepdims=True)
         g_low = g.astype(x_ref.dtype)
-        dx_ref[...] += _contract(g_low, w_ref[...], (1, 0))
+        slot, other = j % 2, (j + 1) % 2
+
+        def dx_product() -> None:
+            dx_ref[...] += _contract(g_low, w_ref[...], (1, 0))
+
+        def fetch_next() -> None:
+            @pl.when(j + 1 < steps)
+            def _fetch_next() -> None:
+                @pl.when(j > 0)
+                def _free() -> None:  # the other slot's write-back (the block before) done before it is refilled
+                    each(copy(j - 1, other, True), "wait")
+                each(copy(j + 1, other, False), "start")
+
+        def dw_product() -> None:
+            each(copy(j, slot, False), "wait")
+            part = _contract(g_low, x_ref[...], (0, 0))
+            views = tuple(s_.at[slot] for s_ in slots)
+            accumulate.add_in_kernel(views, views, part, bits)
+
+        dx_product()
+        if n:
+            fetch_next()
+            dw_product()
 
         @pl.when(j == steps - 1)
         def _write_dx() -> None:
@@ -274,19 +322,6 @@ def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, ls
 
         if not n:
             return
-        slot, other = j % 2, (j + 1) % 2
-
-        @pl.when(j + 1 < steps)
-        def _fetch_next() -> None:
-            @pl.when(j > 0)
-            def _free() -> None:  # the other slot's write-back (the block before) done before it is refilled
-                each(copy(j - 1, other, True), "wait")
-            each(copy(j + 1, other, False), "start")
-
-        part = _contract(g_low, x_ref[...], (0, 0))
-        each(copy(j, slot, False), "wait")
-        views = tuple(s_.at[slot] for s_ in slots)
-        accumulate.add_in_kernel(views, views, part, bits)
         each(copy(j, slot, True), "start")
 
         @pl.when(j == steps - 1)
@@ -308,10 +343,10 @@ def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, ls
         in_specs=[row] * 5 + [pl.BlockSpec((chunk, block), lambda j: (0, j)),
                               *[pl.BlockSpec((chunk,), lambda j: (j,))] * compact, hbm,
                               pl.BlockSpec((block, hidden), lambda j: (j, 0)), *[hbm] * n],
-        out_specs=[*[hbm] * n, hbm, pl.BlockSpec((1, block), lambda j: (0, j))],
+        out_specs=[*[hbm] * n, hbm, *[pl.BlockSpec((1, block), lambda j: (0, j))] * db],
         out_shape=[*(jax.ShapeDtypeStruct(a_.shape, a_.dtype) for a_ in arrays),
                    jax.ShapeDtypeStruct((chunk, hidden), jnp.float32),
-                   jax.ShapeDtypeStruct((1, steps * block), jnp.float32)],
+                   *[jax.ShapeDtypeStruct((1, steps * block), jnp.float32)] * db],
         scratch_shapes=scratch,
         input_output_aliases={ins + i: i for i in range(n)},
         compiler_params=_params(),
@@ -323,7 +358,7 @@ def gradients(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, ls
         name=f"tokamax_lm_head_chunk_gradients_v{block}{'_compact' if compact else ''}",
     )(targets, lse, a, c, d, raw, *[maxima] * compact, x, w, *arrays)
     dw = None if not n else tuple(out[:n]) if n == 2 else out[0]
-    return dw, out[n], out[n + 1]
+    return dw, out[n], out[n + 1] if db else jnp.zeros((1, steps * block), jnp.float32)
 
 
 def tail(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, lse: jax.Array, a: jax.Array, c: jax.Array,
@@ -342,3 +377,4 @@ def tail(raw: jax.Array, x: jax.Array, w: jax.Array, targets: jax.Array, lse: ja
         part = accumulate.add(jax.tree.map(lambda arr: arr[start:], acc), g_low, x, kernel=False)
         acc = jax.tree.map(lambda arr, p: jax.lax.dynamic_update_slice_in_dim(arr, p, start, 0), acc, part)
     return acc, dx, jnp.sum(g, axis=0)
+
