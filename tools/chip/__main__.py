@@ -79,7 +79,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--impl", default="", help="bench: only the workloads of these impls (separated by commas "
                         "without a space, e.g. tokamax,xla: the package's own choice beside XLA's; a name's own "
                         "', ' stays in it)")
-    parser.add_argument("--case", default="", help="bench, sweep: only the workloads whose case holds this text")
+    parser.add_argument("--case", default="", help="bench, sweep: only the workloads whose case holds this text; "
+                        "check: only the model shapes whose name holds it")
     parser.add_argument("--jobs", type=int, default=6, help="compiles at a time")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--max-configs", type=int, default=None, help="tune: candidates timed per kernel call "
@@ -97,7 +98,7 @@ def main(argv: list[str]) -> int:
         out = ResultsFile(args.out / "check.json", header(args.commit, "check"))
         counts: dict[str, int] = {}
         only = {n for n in args.only.split(",") if n} if args.what == "check" and args.only else None
-        for o in outcomes(tk, only):
+        for o in outcomes(tk, only, args.case):
             counts[o.status] = counts.get(o.status, 0) + 1
             out.add({"name": o.name, "status": o.status, "detail": o.detail, "seconds": round(o.seconds, 2)})
             print(f"{o.status:8s} {o.name} ({o.seconds:.1f} s) {o.detail}", flush=True)

@@ -124,7 +124,7 @@ def _guarded(name: str, fn: Callable[[], Outcome]) -> Outcome:
         return Outcome(name, "failed", text[:900], time.perf_counter() - start)
 
 
-def _model_shapes(tk: ModuleType) -> Iterator[Outcome]:
+def _model_shapes(tk: ModuleType, case: str = "") -> Iterator[Outcome]:
     from .workloads import group_sizes, normal
 
     def ragged(rows: int, hidden: int, out: int, experts: int) -> Callable[[], Outcome]:
@@ -254,7 +254,8 @@ def _model_shapes(tk: ModuleType) -> Iterator[Outcome]:
         "distill": distill(256, 256, 384, 2003),
     }
     for name, check in checks.items():
-        yield _guarded(name, check)
+        if case in name:
+            yield _guarded(name, check)
 
 
 MODELS = "models"
@@ -268,11 +269,12 @@ def families() -> list[str]:
     return [MODELS, *sorted({c.id.split("/")[0] for c in all_cases()})]
 
 
-def outcomes(tk: ModuleType, only: set[str] | None = None) -> Iterator[Outcome]:
-    """Every check (`only`: those of the named families, `families()`), the model shapes first: a run cut at its
-    time limit has done those (split a run by `only` where one command cannot hold it)."""
+def outcomes(tk: ModuleType, only: set[str] | None = None, case: str = "") -> Iterator[Outcome]:
+    """Every check (`only`: those of the named families, `families()`; `case`: of the model shapes, those whose name
+    holds it), the model shapes first: a run cut at its time limit has done those (split a run by `only` where one
+    command cannot hold it)."""
     if only is not None and (unknown := only - set(families())):
         raise ValueError(f"tools.chip check: no family {sorted(unknown)}; one of {families()}")
     if only is None or MODELS in only:
-        yield from _model_shapes(tk)
+        yield from _model_shapes(tk, case)
     yield from _jax_tier_cases(tk, only)

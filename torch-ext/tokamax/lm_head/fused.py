@@ -118,20 +118,27 @@ class ChunkedCost:
     kernel_bytes: int = 0  # the accumulator's bytes the kernel reads and writes per chunk
     streamed: bool = False  # each chunk in `streamed`'s two kernels, the logits compact (`streamed_cost`)
     steps: int = 0  # the streamed kernels' grid steps over the call
+    tail_flops: int = 0  # the chunk of the rows left past the whole chunks: its matmuls
+    tail_bytes: int = 0  # and what it moves (w, the accumulator, its rows' arrays)
+
+    def tail_seconds(self, on: Chip) -> float:
+        """The rows left's chunk moves w and dW's accumulator as a whole chunk does, for a few rows' matmuls: what
+        its own matmuls do not hide is not hidden by the others' matmuls."""
+        return max(0.0, self.tail_bytes / on.hbm_bandwidth - self.tail_flops / on.peak_flops)
 
     def seconds(self, on: Chip) -> float:
         """The roofline of the step; XLA's accumulator `ACCUMULATOR_PASSES` times over, serial; the kernel's
         accumulator traffic past its own matmul's time, `KERNEL_UNHIDDEN` of it per chunk, serial. The streamed
         kernels: their roofline and grid steps (`STREAMED`), `STREAMED_SCALED_SLOWDOWN` over with the int8 low half."""
         if self.streamed:
-            return roofline.seconds(self.flops, self.bytes_accessed, self.steps, on) * (
+            return roofline.seconds(self.flops, self.bytes_accessed, self.steps, on, serial=self.tail_seconds(on)) * (
                 STREAMED_SCALED_SLOWDOWN if self.scaled else 1.0)
         if self.kernel:
             past = self.kernel_bytes / on.hbm_bandwidth - self.kernel_flops / on.peak_flops
             serial = KERNEL_UNHIDDEN * self.chunks * max(0.0, past)
         else:
             serial = ACCUMULATOR_PASSES * self.accumulator_bytes / on.hbm_bandwidth
-        return roofline.seconds(self.flops, self.bytes_accessed, 0, on, serial=serial) * (
+        return roofline.seconds(self.flops, self.bytes_accessed, 0, on, serial=serial + self.tail_seconds(on)) * (
             SCALED_SLOWDOWN if self.scaled else 1.0)
 
 
@@ -163,11 +170,14 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_g
     # with rows left after the whole chunks, the whole chunks' dx is a temporary until it is joined to the rest's
     # (the v5e: Qwen3 8B's 16,384 rows in chunks of 1280, 120 MiB more than without)
     joined = (rows // chunk) * chunk * hidden * itemsize if rows % chunk and rows > chunk else 0
+    tail = computed - rows // chunk * chunk if rows % chunk and rows > chunk else 0
     return ChunkedCost(chunk, matmuls * 2 * computed * vocab * hidden, moved,
                        temporaries(chunks, chunk, vocab, accumulator, pair, kind, computed * hidden * itemsize,
                                    kernel, itemsize, vocab * hidden * low) + joined,
                        accumulator if chunks > 1 else 0, kernel, pair and weight_grad, scaled, chunks,
-                       2 * (computed // chunks) * vocab * hidden, 2 * accumulator)
+                       2 * (computed // chunks) * vocab * hidden, 2 * accumulator,
+                       tail_flops=matmuls * 2 * tail * vocab * hidden,
+                       tail_bytes=(2 * w + tail * per_row + 2 * accumulator) if tail else 0)
 
 
 LAID_OUT_ON_CHIP = ("TPU v5 lite",)
@@ -258,8 +268,11 @@ def streamed_cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int,
         + computed * (2 * vocab * jnp.dtype(streaming.COMPACT).itemsize + 3 * hidden * itemsize)
     joined = whole * chunk * hidden * itemsize if left and whole else 0
     temp = chunk * vocab * jnp.dtype(streaming.COMPACT).itemsize + vocab * hidden * low + joined
+    tail = computed - whole * chunk if left and whole else 0
+    per_row = 2 * vocab * jnp.dtype(streaming.COMPACT).itemsize + 3 * hidden * itemsize
     return ChunkedCost(chunk, 6 * computed * vocab * hidden, moved, temp, pair=True, scaled=scaled, chunks=chunks,
-                       streamed=True, steps=chunks * 2 * -(-vocab // block))
+                       streamed=True, steps=chunks * 2 * -(-vocab // block), tail_flops=6 * tail * vocab * hidden,
+                       tail_bytes=vocab * hidden * (2 * itemsize + 2 * (itemsize + low)) + tail * per_row if tail else 0)
 
 
 SMALL_BUFFERS = 64 << 20
