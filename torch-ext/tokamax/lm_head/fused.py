@@ -272,7 +272,7 @@ def streamed_cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int,
     per_row = 2 * vocab * jnp.dtype(streaming.COMPACT).itemsize + 3 * hidden * itemsize
     return ChunkedCost(chunk, 6 * computed * vocab * hidden, moved, temp, pair=True, scaled=scaled, chunks=chunks,
                        streamed=True, steps=chunks * 2 * -(-vocab // block), tail_flops=6 * tail * vocab * hidden,
-                       tail_bytes=vocab * hidden * (2 * itemsize + 2 * (itemsize + low)) + tail * per_row if tail else 0)
+                       tail_bytes=(vocab * hidden * (4 * itemsize + 2 * low) + tail * per_row) if tail else 0)
 
 
 SMALL_BUFFERS = 64 << 20
