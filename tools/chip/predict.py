@@ -56,13 +56,18 @@ AUTO_SCHEMES = {
     "edf44f8": {"Llama 3 8B": (1024, True, True, True), "Qwen3 8B": (1024, True, True, True)},
     "141654c": {"Llama 3 8B": (1280, True, True), "Qwen3 8B": (1536, True, True, True),
                 "Gemma 3 4B": (768, True, True, True)},
+    "0a076fb": {**{model: (1024, False, True, False, True) for model in
+                   ("Llama 3 8B", "Qwen3 8B", "Gemma 3 4B", "Gemma 2 2B", "Llama 3.2 1B")},
+                "Qwen3 1.7B": (2048, True)},
 }
 """The LM-head default's scheme (`chunk="auto"`: chunk, accumulator kernel, pair) in runs that chose otherwise than
 `fused.choose_scheme` does now: XLA's float32 accumulator in chunks of 2048 at Llama 3 8B's head and the kernels at
 Qwen3 8B's (the accumulator kernel's temporaries counted as `memory_analysis()` gave them, past the share); then the
 pair with a 16-bit low half, which fit at Qwen's head in chunks of 512 only; then the int8 low half at both heads
 (`SCALED_RUNS`); at 141654c chunks of 1536 at Qwen's head, before the temporaries counted the whole chunks' dx
-joined to the rows left (2.01 GiB assigned, past the share: 1280 since)."""
+joined to the rows left (2.01 GiB assigned, past the share: 1280 since); at 0a076fb the costs did not count the rows
+left's chunk (`fused.ChunkedCost.tail_seconds`) nor the kernels' zeroed accumulator: the streamed kernels at Llama 3.2
+1B's 1,500 rows, chunks of 2048 with a 4-row chunk at Qwen3 1.7B's 4,100."""
 BEFORE_STREAMED = ("077895a", "1032390", "141654c", "1b5b766", "286717f", "2cd2df2", "9aff1ec", "a9c94e4", "bf5a22b",
                    "d7df2f0", "d7e53b6", "dcc176a", "e8cc889", "e962c99", "edf44f8", "f98634e")
 """Runs whose LM-head default chose among the chunked scheme's other ways: `fused.choose_scheme` did not offer the

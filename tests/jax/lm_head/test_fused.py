@@ -85,30 +85,35 @@ def test_a_frozen_head_gets_dx_alone(kernel, emulation, scheme):
 @pytest.mark.kernels_ci
 def test_the_chunked_scheme_where_it_fits_and_is_faster(kernel, emulation):
     """At 16,384 tokens, hidden 4096, bf16, Qwen3's vocabulary, with the figures the v5e measured: the v5e takes
-    chunks of 1,280 with dW in the pair added by the accumulator kernel, its low half in int8 (12 whole chunks and
-    1024 rows; modelled 1.79 GiB; chunks of 1,536 ran in 384.8 ms against XLA's 394.5 in 2.01 GiB, past the share
-    once the whole chunks' dx joined to the rest is counted: benchmarks/measured/
-    v5e-2026-12-05-bench-attention-lm_head-distill-141654c.json); v7x (96 GB) XLA's chunks (its accumulator's
-    measured cost, the temporaries within an eighth of HBM); v6e (32 GB) the kernels: its chunks that fit the
-    compile-only estimate lose to them. At Llama 3 8B's head (8,192 tokens, vocabulary 128,256) the v5e takes chunks
-    of 1,024 in the pair with a 16-bit low half and the kernel (1.72 GiB; 164.7 ms, XLA's own formulation 160.5;
-    chunks of 1,280, six whole and 512 rows, 159.6 ms in 1.96 GiB, at the share's edge once the small buffers are
-    counted). At Gemma 3 4B's (vocabulary 262,208, off the lanes) chunks
-    of 768 with the int8 low half (1.79 GiB; 232.3 ms, XLA's 199.8: 1,024 rows, 2.13 GiB, are past the share).
-    Whatever is picked is the fastest that fits, and beats the kernels; a weight-gradient accumulator past the share
-    (hidden 16,384 on v6e) takes the kernels."""
+    `streamed`'s kernels in chunks of 1,024 with compact logits and dW in the 16-bit pair (1.46 GiB; 378.1 ms against
+    XLA's 394.9 and the other ways' fastest 390.7: benchmarks/measured/ `fused.STREAMED`), as at Llama 3 8B's head
+    (8,192 tokens, vocabulary 128,256: 161.6 ms, XLA's 160.5) and Gemma 3 4B's (vocabulary 262,208, off the lanes:
+    199.4 ms in 1.76 GiB, XLA's 200.0 in 8.0). Without them (`streamed=False`, or a soft cap: no compact logits) the
+    ways before: chunks of 1,280 with the pair, its low half in int8, added by the accumulator kernel at Qwen's head
+    (390.7 ms), chunks of 1,024 with a 16-bit low half at Llama's (164.6), chunks of 768 with the int8 low half at
+    Gemma's (232.1). v7x (96 GB) XLA's chunks (its accumulator's measured cost, the temporaries within an eighth of
+    HBM; the streamed kernels only where their layout was measured); v6e (32 GB) the kernels: its chunks that fit the
+    compile-only estimate lose to them. Whatever is picked is the fastest that fits, and beats the kernels; a
+    weight-gradient accumulator past the share (hidden 16,384 on v6e) takes the kernels."""
     lm_head = kernel.lm_head
     fused = lm_head.fused
     chips = {}
     for name in ("v5e", "v6e", "v7x"):
         with emulation.emulated_chip(name):
             chips[name] = lm_head.cost.chip()
+    streamed = fused.Scheme(1024, pair=True, streamed=True)
     picked = {name: fused.choose_scheme(16384, 4096, 151936, 2, on) for name, on in chips.items()}
-    assert picked["v5e"] == fused.Scheme(1280, True, True, True), picked
+    assert picked["v5e"] == streamed, picked
     assert picked["v6e"] == fused.Scheme(None) and picked["v7x"].chunk and not picked["v7x"].kernel, picked
-    assert fused.choose(16384, 4096, 151936, 2, chips["v5e"]) == 1280
-    assert fused.choose_scheme(8192, 4096, 128256, 2, chips["v5e"]) == fused.Scheme(1024, True, True)
-    assert fused.choose_scheme(8192, 2560, 262208, 2, chips["v5e"]) == fused.Scheme(768, True, True, True)
+    assert not picked["v7x"].streamed
+    assert fused.choose(16384, 4096, 151936, 2, chips["v5e"]) == 1024
+    v5e = chips["v5e"]
+    for shape, before in (((16384, 4096, 151936), fused.Scheme(1280, True, True, True)),
+                          ((8192, 4096, 128256), fused.Scheme(1024, True, True)),
+                          ((8192, 2560, 262208), fused.Scheme(768, True, True, True))):
+        assert fused.choose_scheme(*shape, 2, v5e) == streamed, shape
+        assert fused.choose_scheme(*shape, 2, v5e, streamed=False) == before, shape
+        assert fused.choose_scheme(*shape, 2, v5e, soft_cap=True) == before, shape
     for name, on in chips.items():
         kernels = sum(c.seconds(on) for c in lm_head.plan.choose(16384, 4096, 151936, 2, on).costs(4096, 151936, 2)
                       .values())
@@ -116,7 +121,7 @@ def test_the_chunked_scheme_where_it_fits_and_is_faster(kernel, emulation):
                  for c in fused._ways(chunk, 16384, 4096, 151936, 2, on, True)]
         fitting = [c for c in costs if c.temp_bytes + fused.SMALL_BUFFERS <= on.hbm // fused.HBM_SHARE]
         if picked[name].chunk:
-            chosen = next(c for c in fitting if fused.Scheme(c.chunk, c.kernel, c.pair, c.scaled) == picked[name])
+            chosen = next(c for c in fitting if fused._scheme(c) == picked[name])
             assert chosen.seconds(on) < kernels and all(chosen.seconds(on) <= c.seconds(on) for c in fitting), name
         else:
             assert all(c.seconds(on) >= kernels for c in fitting), name

@@ -51,14 +51,18 @@ from .cost import HBM_SHARE, Chip, chip
 from .stats import _check, row_stats, row_stats_vjp
 from .transform import LogitTransform
 
-STREAMED = "v5e-2026-12-06-bench-lm_head-streamed-PENDING.json"
+STREAMED = "v5e-2026-12-06-bench-lm_head-streamed-6c4eeed.json"
 """The record (benchmarks/measured/) that `streamed_cost` rests on: on the v5e the streamed kernels with compact logits
-and dW in the 16-bit pair, in chunks of 1024, ran within 4% of their roofline at all three heads (Gemma 3 4B's
-8,192 x 2,560 -> 262,208, Llama 3 8B's, Qwen3 8B's), faster than the accumulator kernel's way there, so the model
-takes them wherever they fit. They got there when each kernel stopped doing what the loss does not use: the target's
-logit is XLA's (one row of w a row), the sum of logits is made only for label smoothing, the bias only read where
-there is one, the column mask only in the last block; and when the gradients kernel's dx product came before dW's
-block's wait (v5e-2026-12-06-bench-lm_head-streamed-compact-dcc176a.json had Gemma 3's at 223.3 ms)."""
+and dW in the 16-bit pair, in chunks of 1024, ran within 4% of their roofline at all three heads of the chip benchmark,
+faster than the other ways' fastest there (timed in the same run, "streamed=False"): Gemma 3 4B's (8,192 x 2,560 ->
+262,208) 199.4 ms in 1.76 GiB against 232.1 (XLA's 200.0 in 8.0 GiB), Llama 3 8B's 161.6 against 164.6 (XLA's 160.5),
+Qwen3 8B's 378.1 against 390.7 (XLA's 394.9); so the model takes them wherever they fit. They got there when each
+kernel stopped doing what the loss does not use (the target's logit is XLA's, one row of w a row; the sum of logits
+is made only for label smoothing; the bias read only where there is one; the column mask only in the last block) and
+the gradients kernel made dx's product before its wait on dW's block (Gemma 3's 223.3 ms at dcc176a, 214.7 with the
+order alone). At hidden 2,048 (the record's unlisted heads, rows left past the whole chunks) neither way comes
+within 1.15x of XLA: Qwen3 1.7B's at 4,100 rows 55.5 ms streamed, 56.7 the other ways' fastest (the model's
+choice), XLA's 48.4."""
 STREAMED_CHUNKS = (1024,)
 """Chunk rows the streamed way is offered at: the one the chip measured at all three heads (in 512 and 768 rows the
 w and accumulator traffic per chunk was not hidden: 294.2 and 249.6 ms at Gemma 3's head with the float32
@@ -120,6 +124,7 @@ class ChunkedCost:
     steps: int = 0  # the streamed kernels' grid steps over the call
     tail_flops: int = 0  # the chunk of the rows left past the whole chunks: its matmuls
     tail_bytes: int = 0  # and what it moves (w, the accumulator, its rows' arrays)
+    zeroed_bytes: int = 0  # dW's accumulator zeroed before the first chunk (a kernel reads it in place)
 
     def tail_seconds(self, on: Chip) -> float:
         """The rows left's chunk moves w and dW's accumulator as a whole chunk does, for a few rows' matmuls: what
@@ -129,13 +134,15 @@ class ChunkedCost:
     def seconds(self, on: Chip) -> float:
         """The roofline of the step; XLA's accumulator `ACCUMULATOR_PASSES` times over, serial; the kernel's
         accumulator traffic past its own matmul's time, `KERNEL_UNHIDDEN` of it per chunk, serial. The streamed
-        kernels: their roofline and grid steps (`STREAMED`), `STREAMED_SCALED_SLOWDOWN` over with the int8 low half."""
+        kernels: their roofline and grid steps (`STREAMED`), `STREAMED_SCALED_SLOWDOWN` over with the int8 low half.
+        A kernel's accumulator zeroed before the first chunk, and the rows left's chunk (`tail_seconds`): serial."""
         if self.streamed:
-            return roofline.seconds(self.flops, self.bytes_accessed, self.steps, on, serial=self.tail_seconds(on)) * (
+            serial = self.tail_seconds(on) + self.zeroed_bytes / on.hbm_bandwidth
+            return roofline.seconds(self.flops, self.bytes_accessed, self.steps, on, serial=serial) * (
                 STREAMED_SCALED_SLOWDOWN if self.scaled else 1.0)
         if self.kernel:
             past = self.kernel_bytes / on.hbm_bandwidth - self.kernel_flops / on.peak_flops
-            serial = KERNEL_UNHIDDEN * self.chunks * max(0.0, past)
+            serial = KERNEL_UNHIDDEN * self.chunks * max(0.0, past) + self.zeroed_bytes / on.hbm_bandwidth
         else:
             serial = ACCUMULATOR_PASSES * self.accumulator_bytes / on.hbm_bandwidth
         return roofline.seconds(self.flops, self.bytes_accessed, 0, on, serial=serial + self.tail_seconds(on)) * (
@@ -177,7 +184,8 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_g
                        accumulator if chunks > 1 else 0, kernel, pair and weight_grad, scaled, chunks,
                        2 * (computed // chunks) * vocab * hidden, 2 * accumulator,
                        tail_flops=matmuls * 2 * tail * vocab * hidden,
-                       tail_bytes=(2 * w + tail * per_row + 2 * accumulator) if tail else 0)
+                       tail_bytes=(2 * w + tail * per_row + 2 * accumulator) if tail else 0,
+                       zeroed_bytes=accumulator if kernel and chunks > 1 else 0)
 
 
 LAID_OUT_ON_CHIP = ("TPU v5 lite",)
@@ -257,21 +265,26 @@ def streamed_cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int,
     """`streamed`'s kernels with compact logits and dW in the pair, per chunk (the rows left as one more, padded to
     `streamed.compact_rows`): w read by both kernels, dW's pair read and written, the chunk's compact logits written
     and read, x read twice and dx written; three matmuls; grid steps over the vocabulary in blocks of `block`, both
-    kernels. Temporaries: one chunk's compact logits and the pair's low half (the high half is dW), and the whole
-    chunks' dx until it is joined to the rest's; as the v5e laid them out within 16 MiB at all three heads
-    (benchmarks/measured/, `STREAMED`)."""
+    kernels. Temporaries: one chunk's compact logits (and the rows left's, where they run as a chunk of their own)
+    and the pair's low half (the high half is dW), and the whole chunks' dx until it is joined to the rest's; as the
+    v5e laid them out within 16 MiB at all three heads (benchmarks/measured/, `STREAMED`)."""
     whole, left = divmod(rows, chunk)
+    if left and streaming.compact_rows(left) >= chunk:  # in the scan as one more whole chunk (`_chunked`)
+        whole, left = whole + 1, 0
     chunks = whole + (left > 0)
     computed = whole * chunk + (streaming.compact_rows(left) if left else 0)
     low = 1 if scaled else itemsize
     moved = chunks * vocab * hidden * (2 * itemsize + 2 * (itemsize + low)) \
         + computed * (2 * vocab * jnp.dtype(streaming.COMPACT).itemsize + 3 * hidden * itemsize)
     joined = whole * chunk * hidden * itemsize if left and whole else 0
-    temp = chunk * vocab * jnp.dtype(streaming.COMPACT).itemsize + vocab * hidden * low + joined
+    # the rows left's own logits beside the scan's (the v5e held both at Llama 3.2 1B's 1,500 rows)
+    temp = (chunk + (computed - whole * chunk)) * vocab * jnp.dtype(streaming.COMPACT).itemsize \
+        + vocab * hidden * low + joined
     tail = computed - whole * chunk if left and whole else 0
     per_row = 2 * vocab * jnp.dtype(streaming.COMPACT).itemsize + 3 * hidden * itemsize
     return ChunkedCost(chunk, 6 * computed * vocab * hidden, moved, temp, pair=True, scaled=scaled, chunks=chunks,
                        streamed=True, steps=chunks * 2 * -(-vocab // block), tail_flops=6 * tail * vocab * hidden,
+                       zeroed_bytes=vocab * hidden * (itemsize + low),
                        tail_bytes=(vocab * hidden * (4 * itemsize + 2 * low) + tail * per_row) if tail else 0)
 
 
@@ -336,6 +349,14 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
              scaled: bool = False, streamed_block: int | None = None, compact: bool = False, has_bias: bool = True
              ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     rows, vocab = x.shape[0], w.shape[0]
+    if streamed_block and compact and rows % chunk and streaming.compact_rows(rows % chunk) >= chunk:
+        # rows left that run as a whole chunk anyway run in the scan (their padding rows weigh 0): a step of their
+        # own held its logits beside the scan's on the v5e (Gemma 2 2B's 3,000 rows: 2.10 GiB, not 1.60)
+        pad = chunk - rows % chunk
+        loss, dx, dw, db = _chunked(jnp.pad(x, ((0, pad), (0, 0))), w, b, jnp.pad(targets, (0, pad)),
+                                    jnp.pad(m, (0, pad)), transform, z_loss, smoothing, chunk, weight_grad, pair,
+                                    kernel, scaled, streamed_block, compact, has_bias)
+        return loss, dx[:rows], dw, db
     whole = rows // chunk * chunk
 
     # A vocabulary off the lanes: XLA lays the [chunk, vocab] logits out vocabulary-major and copies them back
