@@ -73,13 +73,18 @@ def test_the_distillation_loss_gemma_attention_and_vocabulary_workloads_trace_fo
 
 @pytest.mark.kernels_ci
 def test_the_streamed_head_workloads_trace_for_the_v5e(kernel, emulation):
-    """`lm_head_streamed` (run when named only): per head the default, 3 chunks x 3 accumulators streamed, XLA; the
-    pairs with compact logits in chunks of 1024 at every head and 2048 at Gemma 3's (hidden 2560) only."""
-    traced = _traced(emulation, lm_head_streamed.workloads(kernel), lambda w: (w.case.split(" head")[0], w.impl))
-    assert ("Gemma 3 4B", "tokamax (chunks of 1024, streamed, pair accumulator, int8 low)") in traced
-    assert ("Gemma 3 4B", "tokamax (chunks of 2048, streamed, compact, pair accumulator, int8 low)") in traced
-    assert ("Llama 3 8B", "tokamax (chunks of 2048, streamed, compact, pair accumulator)") not in traced
-    assert len(traced) == 3 * 11 + 3 * 2 + 2, traced
+    """`lm_head_streamed` (run when named only): per head the default and the default without the streamed way, 3
+    chunks x 3 accumulators streamed, XLA; the pairs with compact logits in chunks of 1024 at every head and 2048 at
+    Gemma 3's (hidden 2560) only; at the four unlisted heads the two defaults, the compact pair in chunks of 1024 and
+    XLA."""
+    traced = _traced(emulation, lm_head_streamed.workloads(kernel),
+                     lambda w: (w.case.split(" head")[0], w.case.split(": ")[1].split(" rows")[0], w.impl))
+    assert ("Gemma 3 4B", "8192", "tokamax (chunks of 1024, streamed, pair accumulator, int8 low)") in traced
+    assert ("Gemma 3 4B", "8192", "tokamax (chunks of 2048, streamed, compact, pair accumulator, int8 low)") in traced
+    assert ("Llama 3 8B", "8192", "tokamax (chunks of 2048, streamed, compact, pair accumulator)") not in traced
+    assert ("Gemma 3 4B", "5000", "tokamax (streamed=False)") in traced
+    assert ("Llama 3.2 1B", "1500", "tokamax (chunks of 1024, streamed, compact, pair accumulator)") in traced
+    assert len(traced) == 3 * 12 + 3 * 2 + 2 + 4 * 4, traced
 
 
 @pytest.mark.kernels_ci

@@ -2,13 +2,12 @@
 `loss_and_grads` at the scheme it picks on each chip) at the LM-head issue's step: 16,384 tokens,
 hidden 4096, bf16, Qwen's and Llama's vocabularies. Where it picks Liger's chunked scheme (`CHUNKED`: v7x
 at both, with XLA adding dW: three vocabulary-sized XLA matmuls, no kernel, XLA's flop count says three; v5e at
-both, with dW in the pair added by `lm_head.accumulate`'s kernel, the one kernel, in chunks of 1024: its low half in
-int8, the temporaries its own compiler assigns within an eighth of HBM), temporaries within its
-estimate as a compile-only topology lays them out (`fused.temporaries`: the accumulator, two chunks' logits and
-dx's chunks); elsewhere (v6e, where the chunks that fit its estimate lose to them) our three kernels. And Gemma 3
-4B's head at the chip benchmark's 8,192 tokens (vocabulary 262,208, off the lanes: the chunk's [chunk, vocab] arrays
-made as their transposes, the accumulator kernel taking G so) on the v5e, in chunks of 768 with the rows left as one
-more chunk."""
+both, each chunk of 1024 in `lm_head.streamed`'s two kernels with compact logits and dW in the pair, the
+temporaries its own compiler assigns within an eighth of HBM), temporaries within its estimate as a compile-only
+topology lays them out (`fused.temporaries`: the accumulator, two chunks' logits and dx's chunks; `fused.streamed_cost`:
+one chunk's compact logits and the pair's low half); elsewhere (v6e, where the chunks that fit its estimate lose to
+them) our three kernels. And Gemma 3 4B's head at the chip benchmark's 8,192 tokens (vocabulary 262,208, off the
+lanes) on the v5e, in the streamed kernels too."""
 
 from __future__ import annotations
 
@@ -21,11 +20,11 @@ from ..case import Case, on_chips, spec
 from . import _models as m
 
 TOKENS, MODELS = 16384, (m.QWEN3_8B, m.LLAMA_3_8B)
-CHUNKED = {("v5e", 128256): 1, ("v5e", 151936): 1, ("v7x", 128256): 0, ("v7x", 151936): 0, ("v5e", 262208): 1}
+CHUNKED = {("v5e", 128256): 2, ("v5e", 151936): 2, ("v7x", 128256): 0, ("v7x", 151936): 0, ("v5e", 262208): 2}
 GEMMA_3_4B = m.Model("Gemma-3-4B", 2560, 262208, 8, 4, 256, 10240)
 GEMMA_TOKENS = 8192
-"""(chip, vocab) where `fused.choose_scheme` takes the chunked scheme at this step: the kernels it runs per part (1: dW
-added by `lm_head.accumulate`'s; the rows left after the whole chunks run it again)."""
+"""(chip, vocab) where `fused.choose_scheme` takes the chunked scheme at this step: the kernels it runs per part (2: the
+streamed kernels; 1: dW added by `lm_head.accumulate`'s; the rows left after the whole chunks run them again)."""
 _PICKED: dict[tuple[str, int], tuple[Any, Any]] = {}
 """(the scheme, its `fused.cost`) per (chip, vocab), noted when the case is built (it has the kernel)."""
 
@@ -37,9 +36,14 @@ def _build(chip: str, hidden: int, vocab: int, tokens: int = TOKENS) -> Any:
             on = lm_head.cost.chip()
         scheme = lm_head.fused.choose_scheme(tokens, hidden, vocab, 2, on)
         # the compile-only topology's layout: the estimate without the chip's own (`fused.temporaries`)
-        _PICKED[chip, vocab] = (scheme, scheme.chunk and lm_head.fused.cost(
-            tokens, hidden, vocab, 2, scheme.chunk, pair=scheme.pair, kernel=scheme.kernel, scaled=scheme.scaled),
-            tokens)
+        if scheme.streamed:
+            acc_bytes = lm_head.streamed.accumulator_bytes(2, True, scheme.scaled)
+            block = lm_head.streamed.block_for(scheme.chunk, hidden, vocab, 2, on.vmem, acc_bytes, compact=True)
+            estimate = lm_head.fused.streamed_cost(tokens, hidden, vocab, 2, scheme.chunk, block, scheme.scaled)
+        else:
+            estimate = scheme.chunk and lm_head.fused.cost(tokens, hidden, vocab, 2, scheme.chunk, pair=scheme.pair,
+                                                           kernel=scheme.kernel, scaled=scheme.scaled)
+        _PICKED[chip, vocab] = (scheme, estimate, tokens)
         specs = [spec(mesh, (tokens, hidden), jnp.bfloat16), spec(mesh, (vocab, hidden), jnp.bfloat16),
                  spec(mesh, (tokens,), jnp.int32), spec(mesh, (tokens,), jnp.float32)]
 
@@ -58,7 +62,8 @@ def _check(chip: str, vocab: int) -> Any:
             assert chunk is None and kernels == 3, f"{outcome.name}: {scheme}, {kernels} kernels; expected ours"
             return
         parts = 1 + bool(tokens % chunk and tokens > chunk)  # the scan's body, and the rows left's chunk
-        assert chunk and kernels == CHUNKED[chip, vocab] * parts and CHUNKED[chip, vocab] == scheme.kernel, \
+        per_part = 2 if scheme.streamed else int(scheme.kernel)
+        assert chunk and kernels == CHUNKED[chip, vocab] * parts and CHUNKED[chip, vocab] == per_part, \
             f"{outcome.name}: {scheme}, {kernels} kernels; expected the chunked scheme"
         small = 64 << 20  # the per-row vectors and the compiler's small buffers, which the estimate leaves out
         assert temp <= estimate.temp_bytes + small, f"{outcome.name}: {temp / 2**30:.3f} GiB of temporaries over " \

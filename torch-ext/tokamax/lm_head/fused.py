@@ -485,9 +485,9 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
                    scaled_low: bool | None = None, streamed: bool | None = None, compact: bool | None = None
                    ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     """(sum_r weights_r loss_r float32 [], dx in x's dtype, dW in w's dtype, db float32 [vocab]; dW and db None
-    where `weight_grad` is False). `targets` int [rows] in [0, vocab) where `weights` > 0 (others are not
-    read): one outside is refused where it is on the host, else makes the loss NaN and adds nothing to the
-    gradients, by either scheme (`targets`); `chunk`: "auto" (`choose_scheme` on the chip being traced for), None
+    where `weight_grad` is False, db None where b is). `targets` int [rows] in [0, vocab) where `weights` > 0
+    (others are not read): one outside is refused where it is on the host, else makes the loss NaN and adds nothing
+    to the gradients, by every way (`targets`); `chunk`: "auto" (`choose_scheme` on the chip being traced for), None
     (the kernels) or the chunk rows; `plan`: the kernels' blocks where they run (default: `plan.choose`'s);
     `pair_accumulator`: the chunked scheme accumulates dW in two arrays of w's dtype, not one float32 array
     (half its temporaries at 16 bits; dW within one rounding of the float32 accumulator's); `accumulator_kernel`:
@@ -524,7 +524,7 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     t = jnp.where(m > 0, targets, 0).astype(jnp.int32)
     target_checks.refuse("lm_head", t, w.shape[0])
     if chunk is None:
-        return _kernels(x, w, b, t, m, transform, z_loss, smoothing, weight_grad, plan)
+        return _unbiased(b, _kernels(x, w, b, t, m, transform, z_loss, smoothing, weight_grad, plan))
     bias = jnp.zeros((w.shape[0],), jnp.float32) if b is None else b.astype(jnp.float32)
     if streamed:
         itemsize = jnp.dtype(x.dtype).itemsize
@@ -547,9 +547,16 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
             raise ValueError(f"tokamax lm_head loss_and_grads: streamed finds no vocabulary block of "
                              f"{streaming.BLOCKS} that fits beside a chunk of {chunk} rows at hidden {x.shape[1]} "
                              f"in the chip's VMEM ({chip().vmem >> 20} MiB): take a smaller chunk or streamed=False")
-        return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator),
-                        False, scaled, streamed_block=block, compact=compact, has_bias=b is not None)
+        return _unbiased(b, _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad,
+                                     bool(pair_accumulator), False, scaled, streamed_block=block, compact=compact,
+                                     has_bias=b is not None))
     kernel = bool(accumulator_kernel) and weight_grad and accumulate.fits(
         chunk, x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip().vmem, w.shape[0] % LANES != 0)
-    return _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad, bool(pair_accumulator), kernel,
-                    bool(scaled_low))
+    return _unbiased(b, _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad,
+                                 bool(pair_accumulator), kernel, bool(scaled_low)))
+
+
+def _unbiased(b: jax.Array | None, out: tuple) -> tuple:
+    """`out` with no db for a head without a bias (the streamed kernels make none)."""
+    loss, dx, dw, db = out
+    return loss, dx, dw, None if b is None else db

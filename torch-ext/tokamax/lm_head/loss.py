@@ -32,11 +32,11 @@ def _loss(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, weights:
 def _loss_fwd(*primals: Any) -> tuple[jax.Array, tuple]:
     x, w, b, targets, weights = (_primal(p) for p in primals[:5])
     transform, z_loss, smoothing, chunk = primals[5:]
-    weight_grad = any(getattr(p, "perturbed", True) for p in primals[1:3])
+    weight_grad = any(getattr(p, "perturbed", True) for p in primals[1:3] if p is not None)
     loss, dx, dw, db = fused.loss_and_grads(x, w, b, targets, weights, transform, z_loss=z_loss, smoothing=smoothing,
                                             weight_grad=weight_grad, chunk=chunk)
     dw = jnp.zeros_like(w) if dw is None else dw
-    db = jnp.zeros_like(b) if db is None else db.astype(b.dtype)
+    db = None if b is None else jnp.zeros_like(b) if db is None else db.astype(b.dtype)
     return loss, (dx, dw, db, targets, weights)
 
 
@@ -50,9 +50,11 @@ def _loss_bwd(transform: LogitTransform, z_loss: float, smoothing: float, chunk:
     # targets are integers (their cotangent float0); the weights are the loss's constants (no gradient)
     no_targets = jnp.zeros(targets.shape, jax.dtypes.float0)
     if isinstance(d_loss, SymbolicZero):
-        return jnp.zeros_like(dx), jnp.zeros_like(dw), jnp.zeros_like(db), no_targets, jnp.zeros_like(weights)
+        return (jnp.zeros_like(dx), jnp.zeros_like(dw), None if db is None else jnp.zeros_like(db), no_targets,
+                jnp.zeros_like(weights))
     scale = d_loss.astype(jnp.float32)
-    return _scaled(dx, scale), _scaled(dw, scale), _scaled(db, scale), no_targets, jnp.zeros_like(weights)
+    return (_scaled(dx, scale), _scaled(dw, scale), None if db is None else _scaled(db, scale), no_targets,
+            jnp.zeros_like(weights))
 
 
 _loss.defvjp(_loss_fwd, _loss_bwd, symbolic_zeros=True)
@@ -67,8 +69,8 @@ def loss(x: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, *, 
     where weights > 0), weights [rows]; `z_loss`, `smoothing`: as `fused.loss_and_grads`; `chunk`: "auto" (the
     package's scheme for the chip being traced for), None (the kernels) or the chunked scheme's rows. The weights
     and targets take no gradient."""
-    if b is None:
-        b = jnp.zeros((w.shape[0],), jnp.float32)
-    elif b.shape != (w.shape[0],):
+    if b is not None and b.shape != (w.shape[0],):
         raise ValueError(f"tokamax lm_head loss: b must be [vocab] ({w.shape[0]}), got {b.shape}")
-    return _loss(x, w, b.astype(jnp.float32), targets, weights, transform, z_loss, smoothing, chunk)
+    # no bias stays None: the streamed kernels then read none and make no db
+    return _loss(x, w, None if b is None else b.astype(jnp.float32), targets, weights, transform, z_loss, smoothing,
+                 chunk)

@@ -28,6 +28,8 @@ def _call(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, w
     loss, dx, dw, db = lm_head.fused.loss_and_grads(
         x, w, b, targets, weights, lm_head.LogitTransform(pre, tanh, post), z_loss=z_loss, smoothing=smoothing,
         weight_grad=weight_grad, chunk=chunk or None)
+    if weight_grad and db is None:  # no bias: the op's db is zeros (its autograd gives the bias none)
+        db = jax.numpy.zeros((w.shape[0],), jax.numpy.float32)
     return loss.reshape(1), dx, dw, db
 
 
@@ -69,10 +71,12 @@ _forward_grads.register(lm_head_loss_grad_x_op, 1, 1)
 
 
 @chip_for_tracing()
-def loss_chunk(rows: int, hidden: int, vocab: int, dtype: torch.dtype, weight_grad: bool) -> int:
-    """The chunked scheme's rows on the chip the ops are traced for (`lm_head.fused.choose`), 0 for the kernels."""
+def loss_chunk(rows: int, hidden: int, vocab: int, dtype: torch.dtype, weight_grad: bool, soft_cap: bool = False
+               ) -> int:
+    """The chunked scheme's rows on the chip the ops are traced for (`lm_head.fused.choose`; `soft_cap`: the logit
+    transform has one), 0 for the kernels."""
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return lm_head.fused.choose(rows, hidden, vocab, itemsize, lm_head.cost.chip(), weight_grad) or 0
+    return lm_head.fused.choose(rows, hidden, vocab, itemsize, lm_head.cost.chip(), weight_grad, soft_cap) or 0
 
 
 def lm_head_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
@@ -85,7 +89,7 @@ def lm_head_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     refuse(OP, "targets", targets, weight.shape[0], weights)
     weight_grad = weight.requires_grad or (bias is not None and bias.requires_grad)
     if chunk is None:
-        chunk = loss_chunk(x.shape[0], x.shape[1], weight.shape[0], x.dtype, weight_grad)
+        chunk = loss_chunk(x.shape[0], x.shape[1], weight.shape[0], x.dtype, weight_grad, transform.tanh)
     args = (x.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(),
             targets.to(torch.int32).contiguous(), weights.to(torch.float32).contiguous(), transform.pre,
             transform.tanh, transform.post, float(z_loss), float(smoothing), int(chunk))

@@ -124,7 +124,7 @@ def causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Ten
     padding = (splash.bucket(rows) if rows else 0) - rows
     x, targets = F.pad(x, (0, 0, 0, padding)), F.pad(targets, (0, padding), value=ignore_index)
     upstream = transform.identity and bias is None and options.plain
-    fused = _fused_chunk(x, weight, bias, options, replicated_on, upstream)
+    fused = _fused_chunk(x, weight, bias, options, replicated_on, upstream, transform.tanh)
     if fused is not None:
         total = _fused_total(x, weight, bias, targets, transform, options, ignore_index, fused)
         return _reduced(total, options, num_items_in_batch, targets, ignore_index)
@@ -166,7 +166,7 @@ def _reduced(total: torch.Tensor, options: LossOptions, num_items_in_batch: torc
 
 
 def _fused_chunk(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, options: LossOptions,
-                 replicated_on: Any, upstream: bool) -> int | None:
+                 replicated_on: Any, upstream: bool, soft_cap: bool = False) -> int | None:
     """The chunk of the fused forward-backward (`torch_ops.lm_head_cross_entropy`; 0: our kernels), or None
     for the loss-only paths: no gradient wanted (evaluation), a loss per position (`reduction="none"`),
     a tensor-parallel head, or the plain cross-entropy of a head that needs its gradient where the chunked
@@ -176,7 +176,7 @@ def _fused_chunk(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     if not torch.is_grad_enabled() or not wanted or options.reduction == "none" or replicated_on is not None:
         return None
     weight_grad = weight.requires_grad or (bias is not None and bias.requires_grad)
-    chunk = torch_ops.loss_chunk(x.shape[0], x.shape[1], weight.shape[0], x.dtype, weight_grad)
+    chunk = torch_ops.loss_chunk(x.shape[0], x.shape[1], weight.shape[0], x.dtype, weight_grad, soft_cap)
     return None if upstream and not chunk and weight_grad else chunk
 
 
