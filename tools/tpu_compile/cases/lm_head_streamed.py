@@ -1,11 +1,12 @@
-"""The labels path with each chunk in `lm_head.streamed`'s two kernels (`loss_and_grads(streamed=True)`, asked for
-only) at Gemma 3 4B's head (8,192 rows, hidden 2,560, vocabulary 262,208, bf16; chunks of 1,024, dW in the pair with
-an int8 low half, the logits compact by default), fwd and bwd in one call: Mosaic's VMEM allocation is what
-`streamed.block_for` must agree with. The v5e, v6e and v7x compile it (two kernels in the chunks' loop, temporaries of
-one chunk's compact logits and the low half: 1.14 GiB, as the v5e's own run laid them out in benchmarks/measured/
+"""The labels path with each chunk in `lm_head.streamed`'s two kernels (`loss_and_grads(streamed=True)`; the v5e's
+default there, in the 16-bit pair, `lm_head_fused`'s case) at Gemma 3 4B's head (8,192 rows, hidden 2,560,
+vocabulary 262,208, bf16; chunks of 1,024, dW in the pair with an int8 low half, the logits compact by default), fwd
+and bwd in one call: Mosaic's VMEM allocation is what `streamed.block_for` must agree with. The v5e, v6e and v7x
+compile it (two kernels in the chunks' loop, temporaries of one chunk's compact logits and the low half: 1.14 GiB,
+as the v5e's own run laid them out in benchmarks/measured/
 v5e-2026-12-06-bench-lm_head-streamed-compact-dcc176a.json; 1.64 GiB with float32 logits at f98634e). The v7x (64
-MiB of VMEM) refused it until x and dx took one VMEM buffer each (dcc176a); a chunk no block fits is refused before the
-compiler sees it (tests/jax/lm_head/test_fused.py)."""
+MiB of VMEM) refused it until x and dx took one VMEM buffer each (dcc176a); a chunk no block fits is refused before
+the compiler sees it (tests/jax/lm_head/test_fused.py)."""
 
 from __future__ import annotations
 

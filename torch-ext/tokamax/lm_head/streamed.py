@@ -8,16 +8,18 @@ takes 200). Here:
 
 - `logits`: grid over vocabulary blocks; each step makes the chunk's raw logits x w_j.T (+ b_j) for its block,
   writes them (float32, the backward reads them once) and carries the rows' online maximum and sum of
-  exponentials, the target's logit and the sum of logits: the statistics cost no pass of their own.
+  exponentials, and with label smoothing the sum of logits: the statistics cost no pass of their own. The target's
+  logit is `target_logits`' (XLA: one row of w a row), not a select and a sum over every entry here.
 - `gradients`: grid over vocabulary blocks; each step reads its block of raw logits, makes G = (a p + c [j = t] +
   d) dz/dl in VMEM (per-row coefficients from the loss, as `kernels`' backward), adds G w_j to dx's float32
   accumulator (VMEM, written once at the end) and G.T x to dW's block in place (`accumulate`'s float32 or pair
-  accumulator, aliased), and writes G's column sums (db's share of the chunk).
+  accumulator, aliased), and for a head with a bias writes G's column sums (db's share of the chunk).
 
 Three matmuls per chunk, as XLA's step, with every [chunk, vocab] array touched twice (written and read once).
-Measured on the v5e it is not yet the faster way within the chunked scheme's share of HBM (`fused.STREAMED`): a
-chunk re-reads w twice and dW's accumulator in and out, and at chunks that fit the share that traffic is not
-hidden under the matmuls. `fused.loss_and_grads(streamed=True)` asks for it; `fused.choose_scheme` never does.
+A step's vector work is not hidden by its matmuls, so each kernel does only what the loss uses (the column mask in
+the last block alone, no bias or db without a bias, no sums without smoothing). Measured on the v5e, with compact
+logits in chunks of 1024, the fastest way within the share at the chip benchmark's three heads, at XLA's speed
+(`fused.STREAMED`): `fused.choose_scheme` takes it wherever it fits.
 
 Compact logits (`compact`, where the transform has no soft cap and x is 16-bit): `logits` stores each block as
 z - m_j in bf16 (m_j the row's running maximum of z up to that block, kept per block), so a chunk's stored logits
