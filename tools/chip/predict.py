@@ -41,7 +41,7 @@ RAN_OTHERWISE = {
     ("8b33815", "lm_head_loss", "tokamax (columns of 256)"): "a narrower loop than the package's",
     ("8b33815", "lm_head_loss", "tokamax (columns of 512)"): "a narrower loop than the package's",
     ("f98634e", "lm_head_loss", "tokamax"): "the default took `lm_head.streamed` at Qwen3 8B's and Gemma 3's heads "
-                                            "(slower: never since, `fused.STREAMED`)",
+                                            "with float32 logits (slower; compact in chunks of 1024 since 0a076fb)",
 }
 """Records of code the package no longer runs, by (commit, op, impl), and why: not predicted (the cost models
 describe what the package runs; the loop over 256 columns cost 40% in the forward, which no model holds)."""
