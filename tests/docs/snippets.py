@@ -3,8 +3,7 @@
 A fenced block's info string says what it is (docs/writing-docs.md, for contributors):
 
     ```python run=torch calls=gmm,gmm_bwd   runs in the Torch tier; each named custom op must run
-    ```python run=jax                       runs in the JAX tier, emulating a v6e in interpret mode
-    ```python run=jax-cpu                   runs in the JAX tier as written (it says how it runs on CPU)
+    ```python run=jax                       runs in the JAX tier as written (a CPU host: tokamax.hosts)
     ```python run=torch continue            runs after the page's previous block, in its namespace
     ```python illustrative                  not run (it needs a TPU, a file or a launcher); must parse
     ```toml file=my-kernel/build.toml       a file the page's runnable blocks use (written, then built)
@@ -21,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 LANGUAGES = ("python", "sh", "toml", "text", "json")
-RUN_KINDS = ("torch", "jax", "jax-cpu")
+RUN_KINDS = ("torch", "jax")
 _FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 
 
@@ -47,7 +46,7 @@ class Block:
 
     @property
     def run(self) -> str | None:
-        """The tier kind that runs it (torch, jax, jax-cpu), or None."""
+        """The tier kind that runs it (torch, jax), or None."""
         return self.attrs.get("run")
 
     @property

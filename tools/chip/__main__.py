@@ -116,6 +116,7 @@ def main(argv: list[str]) -> int:
             lm_head_streamed,
             lm_head_vocab,
             moe,
+            moe_padded,
             moe_uneven,
             step,
         )
@@ -125,7 +126,7 @@ def main(argv: list[str]) -> int:
         extra = {"lm_head_columns": lm_head_columns,  # run when named only
                  "lm_head_statistics_columns": lm_head_statistics_columns, "lm_head_vocab": lm_head_vocab,
                  "lm_head_streamed": lm_head_streamed,
-                 "moe_uneven": moe_uneven}
+                 "moe_uneven": moe_uneven, "moe_padded": moe_padded}
         names = [n for n in args.only.split(",") if n] or list(chosen)
         out = ResultsFile(args.out / "bench.json", header(args.commit, "bench"))
         impls = {n.strip() for n in re.split(r",(?! )", args.impl) if n.strip()}  # names hold ", " themselves

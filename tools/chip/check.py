@@ -6,9 +6,10 @@ reference computed on the host's CPU (float32, or float64 for our own kernels).
   the interpreter's exact float32 and the chip's float32 matmul passes differ, the relative error is
   reported beside it.
 - Our kernels and the public ops at model-sized shapes: the grouped matmul through `ops.ragged_dot`
-  (forward and both gradients, the package's tiles), splash through `tokamax.splash` (GQA, causal,
-  forward and gradients), the LM head (statistics; the loss and its gradients under both schemes) and
-  distillation's JSD, against float32/float64 references on the CPU: relative error within `RELATIVE`.
+  (forward and both gradients, the package's tiles; and capacity-padded, its rows past the groups zero), splash
+  through `tokamax.splash` (GQA, causal, forward and gradients), the LM head (statistics; the loss and its
+  gradients under both schemes) and distillation's JSD, against float32/float64 references on the CPU: relative
+  error within `RELATIVE`.
 """
 
 from __future__ import annotations
@@ -122,6 +123,50 @@ def _guarded(name: str, fn: Callable[[], Outcome]) -> Outcome:
     except Exception as e:  # noqa: BLE001
         text = " | ".join("".join(traceback.format_exception_only(e)).strip().splitlines()[:6])
         return Outcome(name, "failed", text[:900], time.perf_counter() - start)
+
+
+def capacity_padded_sizes(rows: int, experts: int, used: float = 0.9) -> list[int]:
+    """Group sizes of a capacity-padded MoE step: `used` of the rows routed, one expert empty in the middle and the
+    last one empty, the end off any row tile (an odd count)."""
+    routed = int(rows * used) | 1
+    sizes = [0] * experts
+    takers = [e for e in range(experts - 1) if e != experts // 2]
+    for i, e in enumerate(takers):
+        sizes[e] = routed // len(takers) + (i < routed % len(takers))
+    return sizes
+
+
+def padded_rows(tk: ModuleType, rows: int, hidden: int, out: int, sizes: list[int]) -> Outcome:
+    """`ops.ragged_dot` where the groups leave rows (capacity padding): the rows past them exactly zero in the
+    forward and dlhs, empty experts' drhs exactly zero (the cotangent is nonzero on every row), and the rest within
+    `RELATIVE` of a float32 reference on the CPU."""
+    from .workloads import normal
+
+    start = time.perf_counter()
+    experts, end = len(sizes), sum(sizes)
+    lhs, rhs = normal(1, (rows, hidden)), normal(2, (experts, hidden, out), scale=hidden ** -0.5)
+    gs, ct = jnp.asarray(sizes, jnp.int32), normal(3, (rows, out))
+
+    def both(f):  # noqa: ANN001, ANN202
+        def run(a, b, g, c):  # noqa: ANN001, ANN202
+            y, vjp = jax.vjp(lambda a, b: f(a, b, g), a, b)
+            return y, *vjp(c.astype(y.dtype))
+        return run
+
+    got = jax.device_get(jax.jit(both(tk.ops.ragged_dot))(lhs, rhs, gs, ct))
+
+    def f32(a, b, g):  # noqa: ANN001, ANN202
+        return jax.lax.ragged_dot(a.astype(jnp.float32), b.astype(jnp.float32), g, precision=jax.lax.Precision.HIGHEST)
+
+    want = _on_cpu(both(f32), lhs, rhs, gs, ct)
+    name = f"ragged_dot capacity-padded at {rows} x {hidden} -> {out}, {experts} experts, {rows - end} rows padded"
+    empty = [e for e, size in enumerate(sizes) if size == 0]
+    nonzero = {"out past the groups": np.asarray(got[0][end:]), "dlhs past the groups": np.asarray(got[1][end:]),
+               "drhs of empty experts": np.asarray(got[2][np.asarray(empty, np.int32)])}
+    if bad := [f"{k}: {np.count_nonzero(v)} nonzero, {int(np.isnan(v).sum())} NaN" for k, v in nonzero.items()
+               if np.count_nonzero(v)]:
+        return Outcome(name, "failed", "; ".join(bad), time.perf_counter() - start)
+    return _within(name, {"out": (got[0], want[0]), "dlhs": (got[1], want[1]), "drhs": (got[2], want[2])}, start)
 
 
 def _model_shapes(tk: ModuleType, case: str = "") -> Iterator[Outcome]:
@@ -246,6 +291,8 @@ def _model_shapes(tk: ModuleType, case: str = "") -> Iterator[Outcome]:
         "ragged_dot Mixtral-like": ragged(1024, 4096, 1792, 8),
         "ragged_dot gpt-oss-like (hidden 2880)": ragged(1024, 2880, 1440, 32),
         "ragged_dot Qwen3-30B-A3B-like": ragged(2048, 2048, 768, 128),
+        "ragged_dot Mixtral-like, capacity-padded (rows past the groups zero)":
+            lambda: padded_rows(tk, 2048, 4096, 1792, capacity_padded_sizes(2048, 8)),
         "splash GQA": splash(8, 2, 2048, 128),
         "splash head 256": splash(4, 2, 1536, 256),
         "splash head 256, 1024-token blocks (the backward's fitted to VMEM)": splash(8, 4, 4096, 256),

@@ -57,9 +57,10 @@ KERNEL_MODULES = (
 # which needs torch and torch-tpu), and ring attention over long sequences with a lazy, optionally load-balanced
 # causal mask (ring/), and distillation's divergence between a student's and a teacher's heads (distill/), the
 # grouped matmul's tiles where upstream's tables have none (moe/), and the chip figures every block and tile
-# choice is weighed by (roofline).
-HELPER_MODULES = ("distill", "emulation", "integrations", "layers", "lm_head", "lm_loss", "moe", "ops", "ring",
-                  "roofline", "splash", "torch_ops", "tuning")
+# choice is weighed by (roofline), and what the package chooses for a call and why (explain/, a module you call:
+# `tokamax.explain(tokamax.ops.ragged_dot, lhs, rhs, group_sizes, chip="v5e")`; docs/choices.md).
+HELPER_MODULES = ("distill", "emulation", "explain", "integrations", "layers", "lm_head", "lm_loss", "moe", "ops",
+                  "ring", "roofline", "splash", "torch_ops", "tuning")
 
 # transformers' entry points (need torch, torch-tpu and transformers): the attention function that
 # `attn_implementation="kernels-community/tokamax:attention"` loads, the experts registration, and

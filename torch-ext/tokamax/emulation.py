@@ -5,14 +5,22 @@ the chip is always chosen explicitly, never guessed from the host:
 
 - `interpret_on_cpu(chip)` runs every Pallas call traced inside it in Pallas TPU interpret
   mode on the CPU, with `get_tpu_info()` answering for `chip`. For checking numerics; slow.
+  Upstream's tuned-table lookup takes the chip's device kind from `current_chip()` where a call
+  traced here finds no device and no mesh (port.kdl patches its `infer_device_kind`), as the
+  compile tier's topology mesh gives it: the emulation runs the tiles, blocks and schemes the chip
+  would run, not the CPU's (`emulated_chip` alone too).
   JAX's interpreter (jax 0.10 and 0.12) refuses a `jax.vmap`-ed kernel that names its grid's
   dimension semantics (the batch adds a leading grid dimension the names do not cover); Mosaic's
   own lowering marks such dimensions parallel, and so does the interpreter inside this block.
+- `interpret_unless_tpu(chip=None)`: nothing on a TPU, else `interpret_on_cpu(chip or cpu_chip())` (a block
+  of raw kernel calls that runs as written on both).
 - `tpu_mesh(chip)` is an abstract mesh for lowering for TPU on a CPU host:
   `with jax.sharding.use_abstract_mesh(tpu_mesh("v6e")): jax.jit(f).trace(*specs).lower(
   lowering_platforms=("tpu",))`.
 
-- `cpu_chip()` is the chip the Torch ops emulate for CPU tensors: `TOKAMAX_CPU_CHIP`, else "v6e".
+- `cpu_chip()` is the chip emulated where nothing else names one (the Torch ops for CPU tensors, the JAX
+  ops of this package on a host without a TPU: `tokamax.hosts`): `TOKAMAX_CPU_CHIP`, else "v6e".
+- `EmulationWarning`: what those JAX ops say, once each, about the path they took on such a host.
 - `attached_chip()` is the chip torch-tpu runs on in this process, if any (the Torch ops trace for it;
   tuning refuses to time candidates with JAX where torch-tpu holds the chip).
 
@@ -39,6 +47,10 @@ CHIPS: dict[str, tuple[str, str]] = {
 }
 DEFAULT_CHIP = "v6e"
 CPU_CHIP_VARIABLE = "TOKAMAX_CPU_CHIP"
+
+
+class EmulationWarning(UserWarning):
+    """Says which path a call took on a host without a TPU (once per process per op; `tokamax.hosts`)."""
 
 
 def _check(chip: str) -> None:
@@ -120,7 +132,8 @@ def current_chip() -> str | None:
 
 @contextlib.contextmanager
 def emulated_chip(chip: str = DEFAULT_CHIP) -> Iterator[None]:
-    """Within the block, `pltpu.get_tpu_info()` on a CPU device describes `chip` (one core)."""
+    """Within the block, `pltpu.get_tpu_info()` on a CPU device describes `chip` (one core), and upstream's Op
+    keys its tuned tables by the chip's device kind where no device or mesh names one."""
     _check(chip)
     info = _tpu_info_module()
     factory = _chip_info_factory(chip)
@@ -163,10 +176,25 @@ def _vmapped_grids_parallel() -> Iterator[None]:
 
 @contextlib.contextmanager
 def interpret_on_cpu(chip: str = DEFAULT_CHIP) -> Iterator[None]:
-    """Runs the kernels traced inside in Pallas TPU interpret mode, as if on `chip`."""
+    """Runs the kernels traced inside in Pallas TPU interpret mode, as if on `chip` (its `get_tpu_info()`, its
+    device kind for upstream's tuned tables)."""
     from jax.experimental.pallas import tpu as pltpu
 
     with emulated_chip(chip), pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()), _vmapped_grids_parallel():
+        yield
+
+
+@contextlib.contextmanager
+def interpret_unless_tpu(chip: str | None = None) -> Iterator[None]:
+    """Nothing where JAX runs on a TPU; elsewhere `interpret_on_cpu(chip or cpu_chip())`. For the kernel modules'
+    raw calls (`tokamax.ragged_dot.gmm`, ...), which do not enter the emulation themselves as this package's
+    ops do on a host without a TPU (`tokamax.hosts`)."""
+    import jax
+
+    if jax.default_backend() == "tpu":
+        yield
+        return
+    with interpret_on_cpu(chip or cpu_chip()):
         yield
 
 

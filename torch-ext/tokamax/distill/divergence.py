@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 from jax.experimental.pallas import tpu as pltpu
 
-from .. import roofline
+from .. import checks, hosts, roofline
 from ..lm_head.blocks import LANES
 from ..lm_head.transform import LogitTransform
 from . import fused, kernels, stored
@@ -73,6 +73,9 @@ def check(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt:
           bt: jax.Array | None) -> None:
     """Refuses operands the kernels cannot take, naming the argument."""
     for model, x, w, b in (("student", xs, ws, bs), ("teacher", xt, wt, bt)):
+        for name, a in ((f"{model}_hidden", x), (f"{model}_weight", w)) + (((f"{model}_bias", b),) if b is not None
+                                                                            else ()):
+            checks.array("distill", name, a)
         if x.ndim != 2 or w.ndim != 2:
             raise ValueError(f"tokamax distill: the {model}'s hidden states must be [rows, hidden] and its weight "
                              f"[vocab, hidden], got {x.shape} and {w.shape}")
@@ -108,6 +111,7 @@ def _bias(b: jax.Array | None, vocab: int) -> jax.Array:
     return stored.bias(b, vocab)[None]  # the kernels take it as one [1, vocab] row
 
 
+@hosts.emulated("distill.forward")
 def forward(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array, bt: jax.Array | None,
             setting: Setting) -> Forward:
     """The forward kernel's five per-row outputs."""
@@ -118,6 +122,7 @@ def forward(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, w
     return Forward(*out)
 
 
+@hosts.emulated("distill.backward")
 def backward(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array, bt: jax.Array | None,
              setting: Setting, saved: Forward, d_divergence: jax.Array, d_entropy: jax.Array | None = None,
              weight_grad: bool = True) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
@@ -137,11 +142,15 @@ def backward(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, 
     return dx, dw, db[0]
 
 
+def _check_scheme(scheme: object) -> None:
+    if not isinstance(scheme, str) or scheme not in SCHEMES:
+        raise ValueError(f"tokamax distill: scheme must be one of {', '.join(map(repr, SCHEMES))}, got {scheme!r}")
+
+
 def chunk_of(scheme: str, xs: jax.Array, xt: jax.Array, vocab: int, setting: Setting | None = None) -> int | None:
     """The stored scheme's chunk rows for `scheme` (`SCHEMES`), or None for the kernels: "auto" by
     `stored.choose` on the chip being traced for; "stored" its chunk, or its smallest where it would not."""
-    if not isinstance(scheme, str) or scheme not in SCHEMES:
-        raise ValueError(f"tokamax distill: scheme must be one of {', '.join(map(repr, SCHEMES))}, got {scheme!r}")
+    _check_scheme(scheme)
     if scheme == "kernels":
         return None
     chunk = stored.choose(kernels.sizes_of(xs, xt, vocab), roofline.chip(), setting)
@@ -150,6 +159,7 @@ def chunk_of(scheme: str, xs: jax.Array, xt: jax.Array, vocab: int, setting: Set
     return stored.chunk_for(xs.shape[0], stored.CHUNKS[-1])
 
 
+@hosts.emulated("distill.per_token")
 def per_token(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array, bt: jax.Array | None,
               setting: Setting, scheme: str = "auto") -> tuple[jax.Array, jax.Array]:
     """(divergence, the student's entropy), float32 [rows] each; differentiable in x_s, w_s and b_s (the
@@ -157,10 +167,18 @@ def per_token(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array,
     (the module docstring)."""
     check(xs, ws, bs, xt, wt, bt)
     vocab = ws.shape[0]
+    _check_scheme(scheme)
+    if xs.shape[0] == 0:  # no tokens: nothing to run (the kernels' grid would be empty); zero gradients
+        return _no_rows(xs), _no_rows(xs)
     chunk = chunk_of(scheme, xs, xt, vocab, setting)
     if chunk is None:
         return _per_token(xs, ws, _bias(bs, vocab)[0], xt, wt, _bias(bt, vocab)[0], setting)
     return _stored(xs, ws, _bias(bs, vocab)[0], xt, wt, _bias(bt, vocab)[0], setting, chunk)
+
+
+def _no_rows(xs: jax.Array) -> jax.Array:
+    """float32 [0] from x_s [0, hidden]: differentiable, its gradient x_s's zeros (w_s and b_s get theirs as unused)."""
+    return jnp.sum(xs.astype(jnp.float32), axis=1)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
@@ -180,6 +198,7 @@ def _teacher_zeros(xt: jax.Array, wt: jax.Array, bt: jax.Array) -> tuple:
     return jnp.zeros_like(xt), jnp.zeros_like(wt), jnp.zeros_like(bt)
 
 
+@hosts.emulated("distill.divergence")
 def _per_token_bwd(setting: Setting, residuals: tuple, cotangents: tuple[jax.Array, jax.Array]) -> tuple:
     xs, ws, bs, xt, wt, bt, saved = residuals
     dx, dw, db = backward(xs, ws, bs, xt, wt, bt, setting, saved, *cotangents)
@@ -223,6 +242,7 @@ def _stored_bwd(setting: Setting, chunk: int, residuals: tuple, cotangents: tupl
 _stored.defvjp(_stored_fwd, _stored_bwd, symbolic_zeros=True)
 
 
+@hosts.emulated("distill.divergence")
 def divergence(student_hidden: jax.Array, student_weight: jax.Array, student_bias: jax.Array | None,
                teacher_hidden: jax.Array, teacher_weight: jax.Array, teacher_bias: jax.Array | None, *,
                beta: float, temperature: float = 1.0, student_scale: float = 1.0,
@@ -236,6 +256,7 @@ def divergence(student_hidden: jax.Array, student_weight: jax.Array, student_bia
                      scheme)
 
 
+@hosts.emulated("distill.loss")
 def loss(student_hidden: jax.Array, student_weight: jax.Array, student_bias: jax.Array | None,
          teacher_hidden: jax.Array, teacher_weight: jax.Array, teacher_bias: jax.Array | None, weights: jax.Array, *,
          beta: float, temperature: float = 1.0, student_scale: float = 1.0, student_soft_cap: float | None = None,
@@ -249,6 +270,7 @@ def loss(student_hidden: jax.Array, student_weight: jax.Array, student_bias: jax
     per-token call (`divergence`, "auto") weighted, where the fused scheme's accumulator does not fit."""
     xs, ws, bs, xt, wt, bt = student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias
     check(xs, ws, bs, xt, wt, bt)
+    checks.array("distill", "weights", weights)
     if weights.shape != (xs.shape[0],):
         raise ValueError(f"tokamax distill: weights must be [rows] ({xs.shape[0]}), got {weights.shape}")
     kind = setting(beta, temperature, student_scale, student_soft_cap, teacher_scale, teacher_soft_cap)

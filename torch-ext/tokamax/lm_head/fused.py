@@ -41,7 +41,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import roofline
+from .. import checks, hosts, roofline
 from . import accumulate
 from . import plan as plans
 from . import streamed as streaming
@@ -478,6 +478,22 @@ def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
     return loss, dx, dw, db
 
 
+def check_options(op: str, weights: jax.Array, rows: int, transform: LogitTransform, z_loss: float,
+                  smoothing: float, chunk: int | None | str) -> None:
+    """The loss's options, refused by name before anything is traced: weights [rows] of a float dtype (a mask's
+    bools too), z_loss >= 0, smoothing in [0, 1) (1 would leave no target), `chunk` "auto", None or rows."""
+    checks.array(op, "weights", weights)
+    if tuple(weights.shape) != (rows,):
+        raise ValueError(f"tokamax {op}: weights must be [rows] ({rows}), got {tuple(weights.shape)}")
+    if not isinstance(transform, LogitTransform):
+        raise TypeError(f"tokamax {op}: transform must be a lm_head.LogitTransform (LogitTransform.of(...)), got "
+                        f"{type(transform).__name__}")
+    checks.number(op, "z_loss", z_loss, 0.0, high_open=True)
+    checks.number(op, "smoothing", smoothing, 0.0, 1.0, high_open=True)
+    checks.chunk(op, chunk)
+
+
+@hosts.emulated("lm_head.fused.loss_and_grads")
 def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,
                    transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0, weight_grad: bool = True,
                    chunk: int | None | str = "auto", plan: plans.Plan | None = None,
@@ -504,9 +520,7 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     refused; a chunk of other rows is not compact, and the rows left past the whole chunks run padded to
     `streamed.compact_rows`)."""
     _check(x, w, b, targets)
-    if weights.shape != targets.shape:
-        raise ValueError(f"tokamax lm_head loss_and_grads: weights must be [rows] ({targets.shape[0]}), got "
-                         f"{weights.shape}")
+    check_options("lm_head loss_and_grads", weights, x.shape[0], transform, z_loss, smoothing, chunk)
     shape = (x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip(), weight_grad)
     # streamed=False (or the accumulator kernel asked for) chooses among the other ways
     offer = streamed is not False and accumulator_kernel is None

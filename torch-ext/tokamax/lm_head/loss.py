@@ -14,7 +14,9 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
+from .. import hosts
 from . import fused
+from .stats import _check
 from .transform import IDENTITY, LogitTransform
 
 
@@ -60,6 +62,7 @@ def _loss_bwd(transform: LogitTransform, z_loss: float, smoothing: float, chunk:
 _loss.defvjp(_loss_fwd, _loss_bwd, symbolic_zeros=True)
 
 
+@hosts.emulated("lm_head.loss.loss")
 def loss(x: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, *, b: jax.Array | None = None,
          transform: LogitTransform = IDENTITY, z_loss: float = 0.0, smoothing: float = 0.0,
          chunk: int | None | str = "auto") -> jax.Array:
@@ -69,8 +72,10 @@ def loss(x: jax.Array, w: jax.Array, targets: jax.Array, weights: jax.Array, *, 
     where weights > 0), weights [rows]; `z_loss`, `smoothing`: as `fused.loss_and_grads`; `chunk`: "auto" (the
     package's scheme for the chip being traced for), None (the kernels) or the chunked scheme's rows. The weights
     and targets take no gradient."""
-    if b is not None and b.shape != (w.shape[0],):
+    if b is not None and w.ndim == 2 and b.shape != (w.shape[0],):
         raise ValueError(f"tokamax lm_head loss: b must be [vocab] ({w.shape[0]}), got {b.shape}")
+    _check(x, w, b, targets)
+    fused.check_options("lm_head loss", weights, x.shape[0], transform, z_loss, smoothing, chunk)
     # no bias stays None: the streamed kernels then read none and make no db
     return _loss(x, w, None if b is None else b.astype(jnp.float32), targets, weights, transform, z_loss, smoothing,
                  chunk)

@@ -43,6 +43,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .. import checks, hosts
 from . import kernels, stored
 from . import plan as plans
 from . import targets as target_checks
@@ -72,6 +73,9 @@ def plan_for(x: jax.Array, w: jax.Array) -> plans.Plan:
 
 
 def _check(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array) -> None:
+    checks.rank("lm_head", "x", x, (2,), "[rows, hidden]")
+    checks.rank("lm_head", "w", w, (2,), "[vocab, hidden]")
+    checks.array("lm_head", "targets", targets)
     if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
         raise ValueError(f"tokamax lm_head: x must be [rows, hidden] and w [vocab, hidden], got {x.shape} and "
                          f"{w.shape}")
@@ -80,6 +84,7 @@ def _check(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array) 
                         f"{w.dtype}")
     if targets.shape != (x.shape[0],):
         raise ValueError(f"tokamax lm_head: targets must be [rows] ({x.shape[0]}), got {targets.shape}")
+    checks.integers("lm_head", "targets", targets)  # float targets would be read as indices
     if b is not None and b.shape != (w.shape[0],):
         raise ValueError(f"tokamax lm_head: the bias must be [vocab] ({w.shape[0]}), got {b.shape}")
 
@@ -111,6 +116,7 @@ def _row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Arr
     return RowStats(lse, target_logit, lse - entropy, log_sum_sq_probs, sum_logits, top1, entropy)
 
 
+@hosts.emulated("lm_head.row_stats")
 def row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
               transform: LogitTransform = IDENTITY, *, plan: plans.Plan | None = None) -> RowStats:
     """The statistics of every row; `targets` int [rows] in [0, vocab): others refused where they are on
@@ -129,6 +135,7 @@ def coefficients(stats: RowStats, d_lse: jax.Array, d_target: jax.Array, d_entro
     return a, -d_entropy, d_target, d_sum
 
 
+@hosts.emulated("lm_head.row_stats_vjp")
 def row_stats_vjp(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, lse: jax.Array,
                   entropy: jax.Array, d_lse: jax.Array, d_target: jax.Array, d_entropy: jax.Array,
                   d_sum: jax.Array, transform: LogitTransform = IDENTITY, weight_grad: bool = True, *,
@@ -195,6 +202,7 @@ def stored_layout(rows: int, hidden: int, vocab: int, itemsize: int, transform: 
     return stored.layout(rows, vocab, itemsize, on, hidden, transform.tanh) or stored.smallest(rows, vocab)
 
 
+@hosts.emulated("lm_head.statistics")
 def statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
                transform: LogitTransform = IDENTITY, *, scheme: str = "auto", layout: stored.Layout | None = None
                ) -> RowStats:
@@ -231,6 +239,7 @@ def _statistics_fwd(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: ja
     return stats, (x, w, b, targets, stats.lse, stats.entropy)
 
 
+@hosts.emulated("lm_head.statistics")
 def _statistics_bwd(transform: LogitTransform, residuals: tuple, cotangents: RowStats) -> tuple:
     x, w, b, targets, lse, entropy = residuals
     d_mean = cotangents.mean_logit  # mean_logit = lse - entropy

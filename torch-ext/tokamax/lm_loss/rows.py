@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .. import checks, hosts
 from .padding import padded_operands
 
 
@@ -26,14 +27,28 @@ def _mosaic_op() -> Any:
     return api.IMPLEMENTATIONS["mosaic_tpu"]
 
 
+def check(op: str, x: jax.Array, labels: jax.Array, w: jax.Array) -> None:
+    """x [rows, hidden] and w [hidden, vocab] (upstream's layout, not nn.Linear's) of one float dtype, labels an
+    integer [rows]: refused by name before the padding reads their shapes."""
+    checks.rank(op, "x", x, (2,), "[rows, hidden]")
+    checks.rank(op, "w", w, (2,), "[hidden, vocab]")
+    checks.floats(op, x=x, w=w)
+    checks.same(op, "the hidden size", x=x.shape[1], w=w.shape[0])
+    checks.shape(op, "labels", labels, (x.shape[0],), "[rows]")
+    checks.integers(op, "labels", labels)
+
+
+@hosts.emulated("lm_loss.row_losses")
 def row_losses(x: jax.Array, labels: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(losses, lse), float32 [padded rows]: lse(x @ w) - (x @ w)[label] per row, and the log-sum-exp.
     x [rows, hidden] and w [hidden, vocab] of one float dtype; labels int32 [rows] in [0, vocab)."""
+    check("lm_loss.row_losses", x, labels, w)
     x_p, labels_p, w_p = padded_operands(x, labels, w)
     losses, (lse,) = _mosaic_op()(x_p, labels_p, w_p, reduction="none", return_residuals=True)
     return losses, lse
 
 
+@hosts.emulated("lm_loss.row_losses_vjp")
 def row_losses_vjp(x: jax.Array, labels: jax.Array, w: jax.Array, lse: jax.Array, losses: jax.Array,
                    d_losses: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(dx, dw), float32, shaped as x and w: the gradients of sum(d_losses * losses) from `row_losses`'

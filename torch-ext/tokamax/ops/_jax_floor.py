@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from .. import hosts
+from . import _group_sizes
 
 TENSORCORE_MESH = ("jax.experimental.pallas.tpu", "TensorCoreMesh", "pltpu.TensorCoreMesh")
 MOSAIC_OPT_LEVEL = ("jax.experimental.mosaic", "OptLevel", "jax.experimental.mosaic.OptLevel")
@@ -72,10 +76,18 @@ def _without_v2(name: str, implementation: Any) -> Any:
 
 
 def _ragged(name: str) -> Callable[..., Any]:
+    @hosts.upstream_on_cpu(f"ops.{name}", f"jax.lax.{name}")
     @functools.wraps(getattr(importlib.import_module(f"{_OPS}.ragged_dot.api", __package__.rsplit(".", 1)[0]), name))
     def call(*args: Any, implementation: Any = None, **kwargs: Any) -> Any:
         upstream = getattr(importlib.import_module(f"{_OPS}.ragged_dot.api", __package__.rsplit(".", 1)[0]), name)
-        return upstream(*args, implementation=_without_v2(name, implementation), **kwargs)
+        # operands and group sizes checked first (refused where known wrong, clipped and flagged under jit); a call
+        # without rows takes upstream's XLA path (the Mosaic kernel's tiling divides by the rows)
+        bound = inspect.signature(upstream).bind(*args, **kwargs)
+        dims = bound.arguments.get("ragged_dot_dimension_numbers", _group_sizes.RAGGED_DOT)
+        m = _group_sizes.rows(f"ops.{name}", *(bound.arguments[a] for a in ("lhs", "rhs", "group_sizes")), dims)
+        bound.arguments["group_sizes"] = _group_sizes.checked(f"ops.{name}", bound.arguments["group_sizes"], m)
+        implementation = "xla" if m == 0 else _without_v2(name, implementation)
+        return upstream(*bound.args, implementation=implementation, **bound.kwargs)
     return call
 
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from .. import checks, hosts
+from ..splash import operands as splash_operands
 from ..splash.masks import MaskSpec
 from . import steps
 
@@ -66,6 +68,20 @@ class Layout:
         return P(self.batch_axis, self.axis)
 
 
+def check_operands(layout: Layout, q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None) -> None:
+    """q, k, v as splash's (`splash.operands`), K/V of the rank the layout's `mqa` says; segment ids int32
+    [batch, len]."""
+    op = "ring.attention"
+    splash_operands.check(op, q, k, v)
+    if segment_ids is not None:
+        checks.shape(op, "segment_ids", segment_ids, (q.shape[0], q.shape[2]), "[batch, len]")
+        checks.int32(op, "segment_ids", segment_ids)
+    if k.ndim != (3 if layout.mqa else 4):
+        want = "[batch, len, head_dim] (Layout(mqa=True))" if layout.mqa else "[batch, kv_heads, len, head_dim]"
+        raise ValueError(f"tokamax {op}: k must be {want}, got shape {tuple(k.shape)}")
+    checks.same(op, "the sequence length", q=q.shape[2], k=k.shape[-2])
+
+
 def check_shard(layout: Layout, q: jax.Array) -> None:
     """Refuses, naming the op, a sequence whose per-chip shard (each head-tail chunk, load-balanced) is
     off the kernel's 128-token blocks: the block schedule is made per 128 tokens, and the kernel would
@@ -89,7 +105,9 @@ def forward(layout: Layout) -> Callable[..., tuple[jax.Array, jax.Array]]:
     """fn(q, k, v, segment_ids) -> (out, logsumexp), each chip's shards in and out."""
     plan = layout.plan
 
+    @hosts.emulated("ring.forward")
     def fn(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None) -> tuple[jax.Array, jax.Array]:
+        check_operands(layout, q, k, v, segment_ids)
         check_shard(layout, q)
 
         def body(q: jax.Array, k: jax.Array, v: jax.Array, ids: jax.Array | None) -> tuple[jax.Array, jax.Array]:
@@ -108,6 +126,7 @@ def backward(layout: Layout) -> Callable[..., tuple[jax.Array, jax.Array, jax.Ar
     with K/V."""
     plan = layout.plan
 
+    @hosts.emulated("ring.backward")
     def fn(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None, out: jax.Array,
            lse: jax.Array, dout: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         check_shard(layout, q)

@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _upstream, blocks, padding
+from .. import hosts
+from . import _upstream, blocks, operands, padding
 from .blocks import Blocks
 from .lengths import padded
 from .masks import MaskSpec
@@ -95,6 +96,7 @@ def _forward(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, 
     return padding.cut(out, 2, q_len), padding.cut(max_logits, 2, q_len), padding.cut(lse, 2, q_len)
 
 
+@hosts.emulated("splash.attend_vjp")
 def attend_vjp(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
                sinks: jax.Array | None, out: jax.Array, max_logits: jax.Array, lse: jax.Array, dout: jax.Array, *,
                spec: MaskSpec, offset: int = 0, soft_cap: float | None = None, backward_blocks: Blocks | None = None
@@ -103,6 +105,8 @@ def attend_vjp(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None
     cotangent and a logsumexp of +inf (so exp(logit - lse) = 0 there): they add nothing. `backward_blocks`: the
     fused backward's (block_q_dkv, block_kv_dkv, block_kv_dkv_compute), None for the package's choice
     (`blocks.fitted_backward`: upstream's where their VMEM fits the chip)."""
+    operands.check("splash.attend_vjp", q, k, v, q_ids, kv_ids, sinks, soft_cap=soft_cap, spec=spec)
+    operands.offset("splash.attend_vjp", offset)
     batch, _, q_len, _ = q.shape
     kv_len, mqa = k.shape[-2], k.ndim == 3
     ids = padding.segments(q_ids, kv_ids, batch, q_len, kv_len)
@@ -168,6 +172,7 @@ def _differentiable_fwd(q: Any, k: Any, v: Any, q_ids: Any, kv_ids: Any, sinks: 
     return result, (*operands, *result)
 
 
+@hosts.emulated("splash.attend")
 def _differentiable_bwd(spec: MaskSpec, offset: int, soft_cap: float | None,
                         chosen: tuple[Blocks | None, Blocks | None], residuals: tuple, cotangents: tuple) -> tuple:
     q, k, v, q_ids, kv_ids, sinks, out, max_logits, lse = residuals
@@ -190,6 +195,7 @@ def _differentiable_bwd(spec: MaskSpec, offset: int, soft_cap: float | None,
 _differentiable.defvjp(_differentiable_fwd, _differentiable_bwd, symbolic_zeros=True)
 
 
+@hosts.emulated("splash.attend")
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
            sinks: jax.Array | None, *, spec: MaskSpec, offset: int = 0, soft_cap: float | None = None,
            forward_blocks: Blocks | None = None, backward_blocks: Blocks | None = None
@@ -200,5 +206,10 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv
     through max_logits or logsumexp is refused (upstream's backward takes no cotangent for them).
     `forward_blocks`, `backward_blocks`: each kernel's blocks (`blocks.Blocks`), None for the package's choice
     (upstream's config choice where its VMEM fits the chip's scoped limit, else `blocks.choose`'s); blocks asked
-    for that do not fit are refused."""
+    for that do not fit are refused. No query (a zero batch or q_len): empty results, zero gradients."""
+    operands.check("splash.attend", q, k, v, q_ids, kv_ids, sinks, soft_cap=soft_cap, spec=spec)
+    operands.offset("splash.attend", offset)
+    if operands.empty("splash.attend", q, k):
+        rows = q.shape[:3]
+        return jnp.zeros((*rows, v.shape[-1]), q.dtype), jnp.zeros(rows, jnp.float32), jnp.zeros(rows, jnp.float32)
     return _differentiable(q, k, v, q_ids, kv_ids, sinks, spec, offset, soft_cap, (forward_blocks, backward_blocks))

@@ -31,7 +31,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from . import _upstream, blocks, padding, schedule
+from .. import hosts
+from . import _upstream, blocks, operands, padding, schedule
 from .lengths import padded
 from .masks import MaskSpec, runtime_schedule
 
@@ -63,7 +64,13 @@ def _without_diagonal_skip(config: Any) -> Any:
 
 
 def _prepare(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
-             offset: jax.Array, sinks: jax.Array | None, spec: MaskSpec, soft_cap: float | None) -> _Call:
+             offset: jax.Array, sinks: jax.Array | None, spec: MaskSpec, soft_cap: float | None,
+             op: str = "splash.attend_at") -> _Call:
+    operands.check(op, q, k, v, q_ids, kv_ids, sinks, soft_cap=soft_cap, spec=spec)
+    if operands.empty(op, q, k):
+        raise ValueError(f"tokamax {op}: q must hold a query (a batch and q_len above 0), got shape {tuple(q.shape)}")
+    if tuple(getattr(offset, "shape", ())) not in ((), (1,)):
+        raise ValueError(f"tokamax {op}: offset must be one value (an int32 scalar), got shape {tuple(offset.shape)}")
     batch, heads, q_len, head_dim = q.shape
     if k.ndim == 3:  # multi-query: one KV head
         k, v = k[:, None], v[:, None]
@@ -109,6 +116,7 @@ def _prepare(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, 
     return _Call(kernel, q_p, k_p, v_p, q_ids, kv_ids, rows, splash_config.block_kv, row_sinks)
 
 
+@hosts.emulated("splash.attend_at")
 def attend_at(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
               offset: jax.Array, sinks: jax.Array | None, *, spec: MaskSpec, soft_cap: float | None = None
               ) -> jax.Array:
@@ -136,7 +144,7 @@ def kv_slots_read(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | N
     """int32: the KV slots `attend_at` with these arguments reads per sequence, summed over its
     kernel heads (the KV heads): each scheduled (q block, KV block) pair reads one KV block, after
     upstream's kernel narrows the schedule by the segment ids."""
-    call = _prepare(q, k, v, q_ids, kv_ids, offset, sinks, spec, soft_cap)
+    call = _prepare(q, k, v, q_ids, kv_ids, offset, sinks, spec, soft_cap, "splash.kv_slots_read")
     lib, base = _upstream.kernel(), _upstream.base()
     config = call.kernel.kwargs["config"]
 

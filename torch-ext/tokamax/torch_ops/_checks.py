@@ -90,13 +90,32 @@ def positive(op: str, name: str, value: int | float) -> None:
         raise ValueError(f"tokamax {op}: {name} must be positive, got {value}")
 
 
-def group_sizes(op: str, sizes: torch.Tensor, groups: int) -> None:
-    """int32 [groups]."""
+def group_sizes(op: str, sizes: torch.Tensor, groups: int, rows: int | None = None) -> None:
+    """int32 [groups]; on a CPU tensor (its values at hand, outside torch.compile's tracing), non-negative and
+    summing to at most `rows`. Elsewhere the JAX function clips them (`ops._group_sizes`)."""
     if sizes.dtype != torch.int32:
         raise TypeError(f"tokamax {op}: group_sizes must be int32, got {sizes.dtype}")
     if sizes.dim() != 1 or sizes.shape[0] != groups:
         raise ValueError(f"tokamax {op}: group_sizes must have one entry per group ({groups}), "
                          f"got shape {tuple(sizes.shape)}")
+    if rows is None or sizes.device.type != "cpu" or torch.compiler.is_compiling() or _fake(sizes):
+        return
+    values = sizes.tolist()
+    if any(v < 0 for v in values):
+        raise ValueError(f"tokamax {op}: group_sizes must be non-negative, got {_shown(values)}")
+    if sum(values) > rows:
+        raise ValueError(f"tokamax {op}: group_sizes sum to {sum(values)}, past lhs's {rows} rows, "
+                         f"got {_shown(values)}")
+
+
+def _fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    return is_fake(t)
+
+
+def _shown(values: list[int]) -> str:
+    return str(values) if len(values) <= 16 else f"{values[:15]}... ({len(values)} sizes)"
 
 
 PAGED_LAYOUTS = {"page_indices": "[max_num_seqs * pages_per_seq]", "cu_q_lens": "[max_num_seqs + 1]",

@@ -31,7 +31,8 @@ _V2_NO_CPU = "dynamic DMA sizes, DMAs into reshaped refs and SMEM operands"
 # ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
 def _gmm_public(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, transpose_rhs: bool) -> jax.Array:
     # lhs and rhs share a dtype (checked), so the output has it without naming it: as a JAX user's call
-    # (and upstream's Torch op) does, which is what upstream's tables are keyed on.
+    # (and upstream's Torch op) does, which is what upstream's tables are keyed on. Traced sizes are clipped by
+    # the public op (its flag, a checkify check, exports; CPU tensors' sizes are checked before: `_checks.group_sizes`).
     return ops.ragged_dot_general(lhs, rhs, group_sizes, _GMM_T if transpose_rhs else _GMM)
 
 

@@ -41,7 +41,7 @@ def _check_gmm(op: str, lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch
     if lhs.shape[1] != k:
         raise ValueError(f"tokamax {op}: lhs has k={lhs.shape[1]} columns but rhs has k={k} "
                          f"(shapes {tuple(lhs.shape)} and {tuple(rhs.shape)}, transpose_rhs={transpose_rhs})")
-    _checks.group_sizes(op, group_sizes, rhs.shape[0])
+    _checks.group_sizes(op, group_sizes, rhs.shape[0], lhs.shape[0])
 
 
 def _check_tgmm(op: str, lhs: torch.Tensor, grad: torch.Tensor, group_sizes: torch.Tensor, grad_name: str) -> None:
@@ -52,7 +52,7 @@ def _check_tgmm(op: str, lhs: torch.Tensor, grad: torch.Tensor, group_sizes: tor
     _checks.same(op, "the row counts m", lhs=lhs.shape[0], **{grad_name: grad.shape[0]})
     if group_sizes.dim() != 1:
         raise ValueError(f"tokamax {op}: group_sizes must be 1-D, got shape {tuple(group_sizes.shape)}")
-    _checks.group_sizes(op, group_sizes, group_sizes.shape[0])
+    _checks.group_sizes(op, group_sizes, group_sizes.shape[0], lhs.shape[0])
 
 
 def gmm(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, *, transpose_rhs: bool = False
@@ -60,9 +60,11 @@ def gmm(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor, *, tran
     """Grouped matmul: rows of `lhs` in group g times `rhs[g]`; differentiable in lhs and rhs.
 
     lhs [m, k]; rhs [groups, k, n] ([groups, n, k] with `transpose_rhs`); group_sizes int32
-    [groups], summing to at most m (rows past the sum are undefined, as in upstream's call: the Mosaic
-    kernel leaves them unwritten, NaN in interpret mode; the XLA fallback zeros them). bf16 or f32; any sizes the
-    public op takes (the Mosaic kernel where it takes them, else upstream's XLA fallback).
+    [groups], non-negative, summing to at most m: rows past the sum come back zero, forward and in dlhs (upstream's
+    Mosaic kernel leaves them unwritten; this package's port zeroes them, as the XLA fallback does). Sizes are
+    refused on CPU tensors where wrong; on TPU tensors (not read back) they are clipped to the rows, unflagged
+    (torch-tpu exports the function and `jax.export` takes no host callback). m = 0 gives [0, n]. bf16 or f32;
+    any sizes the public op takes (the Mosaic kernel where it takes them, else upstream's XLA fallback).
     """
     _check_gmm("gmm", lhs, rhs, group_sizes, transpose_rhs)
     if _sharding.is_dtensor(rhs):  # experts split over ranks: each rank's rows to its experts

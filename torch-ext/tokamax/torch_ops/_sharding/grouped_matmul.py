@@ -92,7 +92,7 @@ def _local_experts(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tens
     """On one rank: the rows of groups [first_group, first_group + local groups) times the local
     experts, zeros elsewhere. The rows are rotated so that this rank's come first (a gather: no
     data-dependent shape, so one export serves every routing), and the rows past them masked on the
-    way in and out (the kernel leaves rows past the group sizes' sum undefined, forward and backward)."""
+    way in and out (the kernel gives zeros past the group sizes' sum, forward and backward)."""
     groups, rows = rhs.shape[0], lhs.shape[0]
     before = group_sizes[:first_group].to(torch.int64).sum()
     local_sizes = group_sizes[first_group:first_group + groups].contiguous()

@@ -14,7 +14,7 @@ import jax
 import torch
 
 from ... import lm_head
-from .. import _forward_grads
+from .. import _checks, _forward_grads
 from .._bridge import chip_for_tracing, register
 from ..linear_softmax_cross_entropy.labels import refuse
 
@@ -79,6 +79,19 @@ def loss_chunk(rows: int, hidden: int, vocab: int, dtype: torch.dtype, weight_gr
     return lm_head.fused.choose(rows, hidden, vocab, itemsize, lm_head.cost.chip(), weight_grad, soft_cap) or 0
 
 
+def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+           weights: torch.Tensor) -> None:
+    _checks.tensors(OP, ("bias",), x=x, weight=weight, bias=bias, targets=targets, weights=weights)
+    _checks.floats(OP, x=x, weight=weight)
+    _checks.rank(OP, "x", x, (2,), "[rows, hidden]")
+    _checks.rank(OP, "weight", weight, (2,), "[vocab, hidden]")
+    _checks.same(OP, "the hidden sizes", x=x.shape[1], weight=weight.shape[1])
+    _checks.dtype(OP, "targets", targets, (torch.int32, torch.int64))
+    _checks.shape(OP, "targets", targets, (x.shape[0],), "[rows]")
+    if bias is not None:
+        _checks.shape(OP, "bias", bias, (weight.shape[0],), "[vocab]")
+
+
 def lm_head_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
                           weights: torch.Tensor, transform: lm_head.LogitTransform, *, z_loss: float = 0.0,
                           smoothing: float = 0.0, chunk: int | None = None) -> torch.Tensor:
@@ -86,6 +99,11 @@ def lm_head_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     computed in the forward. x [rows, hidden] and weight [vocab, hidden] of one dtype; targets int [rows] in
     [0, vocab) where weights > 0 (not read elsewhere): one outside is refused on CPU tensors, else makes the
     loss NaN (by either scheme); `chunk`: `loss_chunk`'s (None: ask it)."""
+    _check(x, weight, bias, targets, weights)
+    lm_head.fused.check_options(OP, weights, x.shape[0], transform, z_loss, smoothing, "auto")
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0):
+        raise ValueError(f"tokamax {OP}: chunk must be None (the package's choice), 0 (the kernels) or a positive "
+                         f"number of rows, got {chunk!r}")
     refuse(OP, "targets", targets, weight.shape[0], weights)
     weight_grad = weight.requires_grad or (bias is not None and bias.requires_grad)
     if chunk is None:

@@ -12,6 +12,10 @@ adds the switch to upstream's kernel), rather than one grid step ahead as releas
 `upstream_heuristics()` and `weights_one_step_ahead()` (what the chip benchmark compares against), and for weights
 tiles off the lanes.
 
+`zero_padded_rows()`: whether gmm (forward and the backward's dlhs) writes zeros to the rows past the last group
+(port.kdl adds the step, `padded_rows.zeroed`; upstream leaves them unwritten): on, but within
+`upstream_heuristics()` and `padded_rows_unwritten()` (what the chip benchmark compares against).
+
 `vmem_limit(...)`: the scoped VMEM limit gmm and tgmm are compiled with (port.kdl adds the argument): libtpu's
 default (None) within `upstream_heuristics()` and wherever the tiles fit it, else the package's raised limit for
 tiles its rule took past the default (`tokamax.moe.tiles.vmem_limit`).
@@ -40,6 +44,12 @@ def upstream_heuristics() -> Iterator[None]:
         _UPSTREAM.reset(reset)
 
 
+def released() -> bool:
+    """Whether the call being traced is within `upstream_heuristics()` (the package's guards in front of the op,
+    `tokamax.ops._group_sizes`, stand aside there too)."""
+    return _UPSTREAM.get()
+
+
 _ONE_STEP = contextvars.ContextVar("tokamax_gmm_weights_one_step_ahead", default=False)
 
 
@@ -51,6 +61,26 @@ def weights_one_step_ahead() -> Iterator[None]:
         yield
     finally:
         _ONE_STEP.reset(reset)
+
+
+_UNWRITTEN = contextvars.ContextVar("tokamax_gmm_padded_rows_unwritten", default=False)
+
+
+@contextlib.contextmanager
+def padded_rows_unwritten() -> Iterator[None]:
+    """Within the block, gmm leaves the rows past the last group as upstream releases it: unwritten."""
+    reset = _UNWRITTEN.set(True)
+    try:
+        yield
+    finally:
+        _UNWRITTEN.reset(reset)
+
+
+def zero_padded_rows() -> bool:
+    """Whether the gmm being traced zeroes the rows past the last group (read by the Op and `tokamax.ragged_dot.gmm`
+    at each call, passed to the kernel as a static argument, so a jitted caller's cache keeps the two apart): not
+    within `upstream_heuristics()` or `padded_rows_unwritten()`."""
+    return not (_UPSTREAM.get() or _UNWRITTEN.get())
 
 
 LANES, SUBLANES = 128, 16
@@ -102,9 +132,11 @@ def _itemsize(x: Any) -> int:
 
 def _call(ba: Any, default_dims: Any, dlhs_dims: Any, drhs_dims: Any) -> tuple[str, int, int, int, int, int] | None:
     """(kernel, m, k, n, groups, itemsize) of upstream's bound arguments, or None for dimension numbers upstream's
-    kernel refuses."""
+    kernel refuses, operands of other ranks and calls without rows (upstream's own checks answer those)."""
     lhs, rhs = ba.args
     dims = ba.arguments.get("ragged_dot_dimension_numbers", default_dims)
+    if len(lhs.shape) != 2 or len(rhs.shape) != (2 if dims == drhs_dims else 3) or lhs.shape[0] == 0:
+        return None
     if dims == default_dims:
         (m, k), (_, _, n), kernel = lhs.shape, rhs.shape, "gmm"
     elif dims == dlhs_dims:

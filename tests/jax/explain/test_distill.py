@@ -1,0 +1,64 @@
+"""`tokamax.explain` on distillation names what `distill.divergence` and `distill.loss` take when traced for the chip:
+the stored scheme's chunk or the kernels' blocks (seen at `stored.forward` and `kernels.forward`), and the fused
+loss's chunk (seen at `fused.loss`)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+S = jax.ShapeDtypeStruct
+CALLS = {  # rows, student hidden, teacher hidden, vocabulary
+    "qwen-4k": (4096, 2048, 4096, 151936),  # the stored scheme on the v5e
+    "qwen-16k": (16384, 2048, 4096, 151936),  # Q past the share: the kernels
+    "small": (100, 256, 384, 1000),  # fewer rows than a chunk: the kernels
+}
+
+
+def _specs(rows: int, hs: int, ht: int, vocab: int) -> tuple:
+    return (S((rows, hs), jnp.bfloat16), S((vocab, hs), jnp.bfloat16), None, S((rows, ht), jnp.bfloat16),
+            S((vocab, ht), jnp.bfloat16), None)
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_explain_names_the_divergences_scheme_and_blocks(kernel, monkeypatch, call):
+    distill, seen = kernel.distill, []
+    stored_forward, kernels_forward = distill.stored.forward, distill.kernels.forward
+    monkeypatch.setattr(distill.stored, "forward", lambda *a: seen.append(("stored", a[-1])) or stored_forward(*a))
+    monkeypatch.setattr(distill.kernels, "forward",
+                        lambda *a, **k: seen.append(("kernels", k["blocks"])) or kernels_forward(*a, **k))
+    specs = _specs(*CALLS[call])
+
+    def divergence(xs, ws, xt, wt):  # noqa: ANN001, ANN202
+        return distill.divergence(xs, ws, None, xt, wt, None, beta=0.5)[0].sum()
+
+    with kernel.emulation.emulated_chip("v5e"):
+        jax.jit(jax.grad(divergence, (0, 1))).trace(specs[0], specs[1], specs[3], specs[4])
+    explained = kernel.explain(distill.divergence, *specs, beta=0.5, chip="v5e")
+    [(scheme, value)] = seen
+    if scheme == "stored":
+        assert explained.path == f"stored {value}" and explained["scheme"].sizes == {"chunk": value}
+    else:
+        assert explained.path == "kernels" and explained["scheme"].sizes == {"chunk": None}
+        assert (explained["forward"].sizes["rows"], explained["forward"].sizes["vocab"]) == (value.rows, value.vocab)
+    assert (call == "qwen-4k") == (scheme == "stored")
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("call", ["qwen-4k", "small"])
+def test_explain_names_the_fused_losss_chunk(kernel, monkeypatch, call):
+    distill, seen = kernel.distill, []
+    loss = distill.fused.loss
+    monkeypatch.setattr(distill.fused, "loss", lambda *a: seen.append(a[-1]) or loss(*a))
+    specs = _specs(*CALLS[call])
+    weights = S((CALLS[call][0],), jnp.float32)
+
+    def step(xs, ws, xt, wt, m):  # noqa: ANN001, ANN202
+        return distill.loss(xs, ws, None, xt, wt, None, m, beta=0.5)[0]
+
+    with kernel.emulation.emulated_chip("v5e"):
+        jax.jit(jax.grad(step, (0, 1))).trace(specs[0], specs[1], specs[3], specs[4], weights)
+    explained = kernel.explain(distill.loss, *specs, weights, beta=0.5, chip="v5e")
+    assert seen == [explained["scheme"].sizes["chunk"]] and explained.path == f"fused {seen[0]}"
