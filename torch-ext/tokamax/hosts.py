@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import jax
+import numpy as np
 
 from . import emulation
 
@@ -71,14 +72,23 @@ def _cross_compile() -> Any:
     return importlib.import_module("._ported._src.config", __package__).cross_compile
 
 
-def emulated(op: str) -> Callable[[F], F]:
+def on_tpus(mesh: Any) -> bool:
+    """Whether a mesh's devices are TPU chips (a real mesh on a TPU host, or torch-tpu's compile-only devices its
+    exports trace over on a host where JAX sees no TPU): a function run over it is traced for the chips."""
+    device = next(iter(getattr(mesh, "devices", np.empty(0)).flat), None)
+    return device is not None and (getattr(device, "platform", "") == "tpu"
+                                   or str(getattr(device, "device_kind", "")).startswith("TPU"))
+
+
+def emulated(op: str, mesh: Any = None) -> Callable[[F], F]:
     """For the package's own ops: on a host without a TPU where the caller chose nothing, the call runs in
     `emulation.interpret_on_cpu(emulation.cpu_chip())`, saying so once for `op` (a forward and its backward
-    name the same op, so they say it once)."""
+    name the same op, so they say it once). A function that runs over `mesh` (ring attention's `shard_map`) is
+    left as it is where that mesh's devices are TPUs (`on_tpus`)."""
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            chip = chip_to_emulate()
+            chip = None if mesh is not None and on_tpus(mesh) else chip_to_emulate()
             if chip is None:
                 return fn(*args, **kwargs)
             _say(op, f"tokamax {op}: no TPU attached (JAX's default backend is the CPU), so its Pallas TPU kernels "

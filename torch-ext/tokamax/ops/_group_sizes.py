@@ -38,7 +38,8 @@ def _shape(op: str, name: str, x: Any) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def rows(op: str, lhs: Any, rhs: Any, group_sizes: Any, dims: jax.lax.RaggedDotDimensionNumbers) -> int:
+def rows(op: str, lhs: Any, rhs: Any, group_sizes: Any, dims: jax.lax.RaggedDotDimensionNumbers,
+         shard: bool = False) -> int:
     """The rows (lhs's ragged dimension) after the checks that need no values: ranks where the dimension numbers
     have no batch dimensions, group_sizes an integer array, one size per group of rhs."""
     lhs_shape, rhs_shape = _shape(op, "lhs", lhs), _shape(op, "rhs", rhs)
@@ -58,9 +59,11 @@ def rows(op: str, lhs: Any, rhs: Any, group_sizes: Any, dims: jax.lax.RaggedDotD
         raise TypeError(f"tokamax {op}: group_sizes must be an integer array (int32), got {dtype}")
     if grouped:
         groups = rhs_shape[dims.rhs_group_dimensions[0]]
-        if not sizes_shape or sizes_shape[-1] != groups or (not lhs_batch and len(sizes_shape) != 1):
-            raise ValueError(f"tokamax {op}: group_sizes must have one entry per group of rhs ({groups}), "
-                             f"got shape {sizes_shape}")
+        # with a group_offset rhs holds a shard of the groups (expert parallelism): the sizes name every group
+        count_off = sizes_shape[-1] < groups if shard and sizes_shape else not sizes_shape or sizes_shape[-1] != groups
+        if count_off or (not lhs_batch and len(sizes_shape) != 1):
+            raise ValueError(f"tokamax {op}: group_sizes must have one entry per group of rhs ({groups}"
+                             f"{' or more: rhs is a shard at group_offset' if shard else ''}), got shape {sizes_shape}")
     elif not lhs_batch and len(sizes_shape) != 1:
         raise ValueError(f"tokamax {op}: group_sizes must be 1-D [groups], got shape {sizes_shape}")
     return int(lhs_shape[dims.lhs_ragged_dimensions[0]])

@@ -84,7 +84,8 @@ def _ragged(name: str) -> Callable[..., Any]:
         # without rows takes upstream's XLA path (the Mosaic kernel's tiling divides by the rows)
         bound = inspect.signature(upstream).bind(*args, **kwargs)
         dims = bound.arguments.get("ragged_dot_dimension_numbers", _group_sizes.RAGGED_DOT)
-        m = _group_sizes.rows(f"ops.{name}", *(bound.arguments[a] for a in ("lhs", "rhs", "group_sizes")), dims)
+        m = _group_sizes.rows(f"ops.{name}", *(bound.arguments[a] for a in ("lhs", "rhs", "group_sizes")), dims,
+                              shard=bound.arguments.get("group_offset") is not None)
         bound.arguments["group_sizes"] = _group_sizes.checked(f"ops.{name}", bound.arguments["group_sizes"], m)
         implementation = "xla" if m == 0 else _without_v2(name, implementation)
         return upstream(*bound.args, implementation=implementation, **bound.kwargs)

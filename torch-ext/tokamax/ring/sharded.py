@@ -105,7 +105,7 @@ def forward(layout: Layout) -> Callable[..., tuple[jax.Array, jax.Array]]:
     """fn(q, k, v, segment_ids) -> (out, logsumexp), each chip's shards in and out."""
     plan = layout.plan
 
-    @hosts.emulated("ring.forward")
+    @hosts.emulated("ring.forward", layout.mesh)
     def fn(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None) -> tuple[jax.Array, jax.Array]:
         check_operands(layout, q, k, v, segment_ids)
         check_shard(layout, q)
@@ -126,7 +126,7 @@ def backward(layout: Layout) -> Callable[..., tuple[jax.Array, jax.Array, jax.Ar
     with K/V."""
     plan = layout.plan
 
-    @hosts.emulated("ring.backward")
+    @hosts.emulated("ring.backward", layout.mesh)
     def fn(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None, out: jax.Array,
            lse: jax.Array, dout: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         check_shard(layout, q)

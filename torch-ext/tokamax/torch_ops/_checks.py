@@ -91,14 +91,16 @@ def positive(op: str, name: str, value: int | float) -> None:
 
 
 def group_sizes(op: str, sizes: torch.Tensor, groups: int, rows: int | None = None) -> None:
-    """int32 [groups]; on a CPU tensor (its values at hand, outside torch.compile's tracing), non-negative and
-    summing to at most `rows`. Elsewhere the JAX function clips them (`ops._group_sizes`)."""
+    """int32 [groups]; on a plain CPU tensor (its values at hand: not a subclass such as DTensor, not fake, outside
+    torch.compile's tracing), non-negative and summing to at most `rows`. Elsewhere the JAX function clips them
+    (`ops._group_sizes`)."""
     if sizes.dtype != torch.int32:
         raise TypeError(f"tokamax {op}: group_sizes must be int32, got {sizes.dtype}")
     if sizes.dim() != 1 or sizes.shape[0] != groups:
         raise ValueError(f"tokamax {op}: group_sizes must have one entry per group ({groups}), "
                          f"got shape {tuple(sizes.shape)}")
-    if rows is None or sizes.device.type != "cpu" or torch.compiler.is_compiling() or _fake(sizes):
+    if (rows is None or type(sizes) is not torch.Tensor or sizes.device.type != "cpu" or torch.compiler.is_compiling()
+            or _fake(sizes)):
         return
     values = sizes.tolist()
     if any(v < 0 for v in values):
