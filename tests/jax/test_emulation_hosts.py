@@ -137,3 +137,16 @@ def test_upstreams_ragged_dot_says_it_took_xla_once(kernel, hosts):
     assert len(said) == 1, said
     assert "ops.ragged_dot" in said[0] and "XLA fallback ran (jax.lax.ragged_dot)" in said[0]
     assert "interpret_on_cpu(chip), tokamax.ops.config.cross_compile(True)" in said[0]
+
+
+def test_a_function_over_a_mesh_of_tpus_is_traced_for_the_chips(kernel, hosts):
+    """Ring attention's shard_map runs over its layout's mesh: TPU devices there (an abstract mesh of TPUs, or
+    compile-only devices of kind "TPU ...") mean a lowering for the chips, not a CPU run to emulate."""
+
+    class CompileOnly:  # torch-tpu's compile-only devices: no platform, a TPU device kind
+        device_kind = "TPU v6 lite"
+
+    assert hosts.on_tpus(kernel.emulation.tpu_mesh("v6e", "sp", 2))
+    assert hosts.on_tpus(jax.sharding.Mesh(np.array([CompileOnly(), CompileOnly()]), ("sp",)))
+    assert not hosts.on_tpus(jax.sharding.Mesh(np.array(jax.devices("cpu")[:1]), ("sp",)))
+    assert not hosts.on_tpus(jax.sharding.AbstractMesh((2,), ("sp",)))

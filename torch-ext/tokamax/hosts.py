@@ -73,9 +73,13 @@ def _cross_compile() -> Any:
 
 
 def on_tpus(mesh: Any) -> bool:
-    """Whether a mesh's devices are TPU chips (a real mesh on a TPU host, or torch-tpu's compile-only devices its
-    exports trace over on a host where JAX sees no TPU): a function run over it is traced for the chips."""
-    device = next(iter(getattr(mesh, "devices", np.empty(0)).flat), None)
+    """Whether a mesh's devices are TPU chips (a real mesh on a TPU host, torch-tpu's compile-only devices its
+    exports trace over on a host where JAX sees no TPU, or an abstract mesh of TPUs: `emulation.tpu_mesh`): a
+    function run over it is traced for the chips."""
+    if isinstance(mesh, jax.sharding.AbstractMesh):  # no devices, perhaps an abstract device
+        device = getattr(mesh, "abstract_device", None)
+    else:
+        device = next(iter(np.asarray(mesh.devices).flat), None)
     return device is not None and (getattr(device, "platform", "") == "tpu"
                                    or str(getattr(device, "device_kind", "")).startswith("TPU"))
 
