@@ -1,0 +1,44 @@
+# Sourced on the chip host (bash): torch 2.13's CPU build from the host's wheel folder, torch-tpu from the package
+# `python3 -m tools.torch_chip.pack` made (build/torch-chip/torch_tpu.tar.xz, carried), the wheels
+# `python3 -m tools.torch_chip.wheels` fetched (build/torch-chip/wheels, carried, where a run needs them), and a
+# libtpu version torch-tpu accepts (../shared/DESIGN.md §18 in the team's notes, docs/torch-chip.md here):
+#
+#   source tools/torch_chip/host.sh && python3 -m tools.torch_chip bridge --out $OUT/bridge
+#
+# - torch-tpu 0.2.0 asks for libtpu >= 0.0.50 and cannot parse the host's "0.0.42.1": a folder first on PYTHONPATH
+#   holding only `libtpu-0.0.42.dist-info/METADATA` lets it load; it then runs on that libtpu's PJRT plugin.
+# - Everything lands under $TORCH_CHIP_ROOT (default /tmp/torch-chip): a warm host keeps it between commands, so
+#   a second `source` only sets the variables.
+# - JAX keeps the host's own JAX first; what is installed here comes after it on PYTHONPATH.
+TORCH_CHIP_ROOT=${TORCH_CHIP_ROOT:-/tmp/torch-chip}
+_tc_repo=$(pwd)
+_tc_index="file://${TORCH_CHIP_INDEX:-/opt/pypi/simple}"
+mkdir -p "$TORCH_CHIP_ROOT"
+if [ ! -d "$TORCH_CHIP_ROOT/site/torch" ]; then
+  echo "torch-chip: torch 2.13.0 (CPU build) from ${TORCH_CHIP_WHEELS:-/opt/wheels}"
+  PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-cache-dir --only-binary=:all: \
+    --index-url "$_tc_index" --find-links "${TORCH_CHIP_WHEELS:-/opt/wheels}" --target "$TORCH_CHIP_ROOT/site" \
+    torch==2.13.0 || echo "torch-chip: torch did not install" >&2
+fi
+if [ ! -d "$TORCH_CHIP_ROOT/torch-tpu/torch_tpu" ]; then
+  if [ -f "$_tc_repo/build/torch-chip/torch_tpu.tar.xz" ]; then
+    echo "torch-chip: torch-tpu from build/torch-chip/torch_tpu.tar.xz"
+    mkdir -p "$TORCH_CHIP_ROOT/torch-tpu" && tar -xJf "$_tc_repo/build/torch-chip/torch_tpu.tar.xz" -C "$TORCH_CHIP_ROOT/torch-tpu"
+  else
+    echo "torch-chip: no build/torch-chip/torch_tpu.tar.xz (run python3 -m tools.torch_chip.pack here and carry it)" >&2
+  fi
+fi
+mkdir -p "$TORCH_CHIP_ROOT/shim/libtpu-0.0.42.dist-info"
+printf 'Metadata-Version: 2.1\nName: libtpu\nVersion: 0.0.42\n' > "$TORCH_CHIP_ROOT/shim/libtpu-0.0.42.dist-info/METADATA"
+if [ -d "$_tc_repo/build/torch-chip/wheels" ] && [ ! -f "$TORCH_CHIP_ROOT/wheels.done" ]; then
+  echo "torch-chip: the carried wheels"
+  PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-cache-dir --index-url "$_tc_index" \
+    --target "$TORCH_CHIP_ROOT/host-site" tokenizers safetensors regex pyyaml tqdm pandas pyarrow xxhash psutil jinja2 \
+    requests || echo "torch-chip: some of the host index's packages did not install" >&2
+  PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps --no-compile --no-cache-dir \
+    --upgrade --target "$TORCH_CHIP_ROOT/wheels-site" "$_tc_repo"/build/torch-chip/wheels/*.whl \
+    && touch "$TORCH_CHIP_ROOT/wheels.done"
+fi
+export PYTHONPATH="$TORCH_CHIP_ROOT/shim:${PYTHONPATH}:$TORCH_CHIP_ROOT/torch-tpu:$TORCH_CHIP_ROOT/wheels-site:$TORCH_CHIP_ROOT/site:$TORCH_CHIP_ROOT/host-site"
+export PYTHONUNBUFFERED=1
+unset _tc_repo _tc_index

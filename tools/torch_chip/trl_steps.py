@@ -1,0 +1,284 @@
+"""TRL's trainers from Torch on the chip: SFTTrainer (and with a LoRA adapter), DPOTrainer and GRPOTrainer a few steps
+each with the kernel's attention and fused head ("tokamax": `use_fused_loss`, TRL's fused head on the kernel)
+against the same trainer on TRL's and torch-tpu's own paths ("trl": eager attention, TRL's fused head as a loop of
+torch tiles), and GRPO's rollouts through `generate` alone. Per case: each step's time (first, median of the rest),
+the fused-head calls the kernel served, the device the model trained on. A Qwen3 from a config (random weights; a
+byte-level tokenizer built here; in-memory datasets), bf16 on the chip.
+
+    python3 -m tools.torch_chip trl --out DIR [--cases sft,sft-lora,dpo,grpo,generate] [--steps 4]
+
+Every case and impl runs in its own try/except and is a record (its error text where it failed); the results file
+is rewritten after each."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import importlib
+import os
+import statistics
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import kernel, memory
+from .records import open_results, record
+from .timing import synchronize, timed
+
+IMPLS = ("trl", "tokamax")
+CASES = ("sft", "sft-lora", "dpo", "grpo", "grpo-cb", "generate")
+TEXTS = ["Splash attention reads only the blocks a mask keeps.", "Short.", "tpu kernels from torch",
+         "the fused head never forms the logits", "grouped matmuls for the experts", "one more line of text",
+         "abc def ghi", "hello world, said the kernel"]
+# a Qwen3 0.6B-like model at 2 layers on the chip (its 151,936-entry head is where the fused head matters)
+CHIP_MODEL = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=2,
+                  num_attention_heads=16, num_key_value_heads=8, head_dim=128)
+TINY_MODEL = dict(vocab_size=260, hidden_size=128, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=128)
+
+
+def byte_tokenizer() -> Any:
+    """Every byte one token (ids 2-257), <eos> 0, <pad> 1 (no Hub: a tokenizer built from its parts)."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {"<eos>": 0, "<pad>": 1, **{c: i + 2 for i, c in enumerate(alphabet)}}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>")
+
+
+def make_model(impl: str, device: str, tiny: bool, attention: str | None = None) -> Any:
+    """A fresh Qwen3 (seed 0) with `impl`'s attention (`attention` overrides it), saved to a temporary directory
+    and loaded back (TRL loads reference models from `config._name_or_path`), on `device`."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(**(TINY_MODEL if tiny else CHIP_MODEL), max_position_embeddings=2048,
+                                      pad_token_id=1, eos_token_id=0, bos_token_id=None, tie_word_embeddings=False,
+                                      attention_dropout=0.0)
+    dtype = torch.float32 if tiny else torch.bfloat16
+    directory = tempfile.mkdtemp(prefix="trl-steps-")
+    transformers.Qwen3ForCausalLM(config).to(dtype).save_pretrained(directory)
+    name = attention or (kernel.ATTENTION if impl == "tokamax" else "eager")
+    return transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation=name).to(
+        device)
+
+
+def arguments(device: str, tiny: bool, steps: int) -> dict[str, Any]:
+    return dict(output_dir=tempfile.mkdtemp(prefix="trl-out-"), max_steps=steps, per_device_train_batch_size=2,
+                report_to="none", save_strategy="no", logging_steps=1, use_cpu=device == "cpu", bf16=False,
+                gradient_checkpointing=False, disable_tqdm=True, learning_rate=1e-5, seed=0,
+                dataloader_pin_memory=False)
+
+
+def dataset(columns: dict[str, list[Any]]) -> Any:
+    """An in-memory `datasets.Dataset` with its fingerprint given: `Dataset.from_dict` hashes the table by pickling
+    it, which fails on CPython 3.11 with datasets 5.2.0 (`PicklingError: Can't pickle <class 'MonthDayNano'>`,
+    seen with pyarrow 21 and 26, dill 0.3.8 to 0.4.1); the trainers' own maps hash their functions, not the table."""
+    import pyarrow as pa
+    from datasets import Dataset
+
+    return Dataset(pa.table(columns), fingerprint=f"trl-steps-{abs(hash(repr(columns)))}")
+
+
+def _sft(lora: bool) -> Callable[..., Any]:
+    def make(net: Any, tok: Any, args: dict[str, Any], tiny: bool) -> Any:
+        from trl import SFTConfig, SFTTrainer
+
+        peft = None
+        if lora:
+            from peft import LoraConfig
+
+            peft = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                              lora_dropout=0.0)
+        return SFTTrainer(model=net, args=SFTConfig(max_length=64 if tiny else 512, **args), peft_config=peft,
+                          train_dataset=dataset({"text": TEXTS}), processing_class=tok)
+    return make
+
+
+def _dpo(net: Any, tok: Any, args: dict[str, Any], tiny: bool) -> Any:
+    from trl import DPOConfig, DPOTrainer
+
+    data = dataset({"prompt": TEXTS[:4], "chosen": [" yes, surely", " ok", " fine", " right"],
+                              "rejected": [" no", " bad idea", " wrong", " never"]})
+    return DPOTrainer(model=net, ref_model=copy.deepcopy(net), train_dataset=data, processing_class=tok,
+                      args=DPOConfig(max_length=64 if tiny else 512, **args))
+
+
+def _reward(completions: Any, completion_ids: Any, **kwargs: Any) -> list[float]:
+    """A reward that differs between a prompt's samples (a constant one gives no gradient)."""
+    return [float(sum(ids) % 7) for ids in completion_ids]
+
+
+def _grpo(continuous: bool) -> Callable[..., Any]:
+    def make(net: Any, tok: Any, args: dict[str, Any], tiny: bool) -> Any:
+        from trl import GRPOConfig, GRPOTrainer
+
+        return GRPOTrainer(model=net, reward_funcs=_reward, processing_class=tok,
+                           train_dataset=dataset({"prompt": TEXTS[:4]}),
+                           args=GRPOConfig(num_generations=2, max_completion_length=8 if tiny else 64,
+                                           temperature=0.9, use_transformers_continuous_batching=continuous, **args))
+    return make
+
+
+TRAINERS: dict[str, Callable[..., Any]] = {"sft": _sft(False), "sft-lora": _sft(True), "dpo": _dpo,
+                                           "grpo": _grpo(False), "grpo-cb": _grpo(True)}
+
+
+def _step_timer() -> Any:
+    """A TrainerCallback keeping each optimizer step's wall time, the device waited for at both ends."""
+    from transformers import TrainerCallback
+
+    class StepTimes(TrainerCallback):
+        def __init__(self) -> None:
+            self.times: list[float] = []
+            self._start = 0.0
+
+        def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
+            synchronize()
+            self._start = time.perf_counter()
+
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            synchronize()
+            self.times.append(time.perf_counter() - self._start)
+
+    return StepTimes()
+
+
+def train(case: str, impl: str, device: str, tiny: bool, steps: int, tokamax: Any) -> dict[str, Any]:
+    """`case`'s trainer for `steps` steps under `impl`; the record's fields (raises on failure)."""
+    import trl  # noqa: F401  (before use_fused_loss, as docs/trl.md says)
+
+    attention = kernel.FLASH if case == "grpo-cb" and impl == "tokamax" else None
+    net = make_model(impl, device, tiny, attention)
+    counted = {}
+    if impl == "tokamax":
+        tokamax.use_fused_loss(net)
+        dispatch = importlib.import_module(f"{tokamax.__name__}.integrations.trl.dispatch")
+        counted = dict(dispatch.calls)
+    timer = _step_timer()
+    trainer = TRAINERS[case](net, byte_tokenizer(), arguments(device, tiny, steps), tiny)
+    trainer.add_callback(timer)
+    memory.reset_peak()
+    start = time.perf_counter()
+    trainer.train()
+    synchronize()
+    wall = time.perf_counter() - start
+    times = timer.times
+    logs = [e for e in trainer.state.log_history if "loss" in e]
+    served = {k: v - counted.get(k, 0) for k, v in dispatch.calls.items()} if impl == "tokamax" else None
+    out = {"median_s": statistics.median(times[1:]) if len(times) > 1 else (times[0] if times else None),
+           "first_step_s": times[0] if times else None, "step_times_s": times, "train_s": wall, "steps": len(times),
+           "loss_first": logs[0]["loss"] if logs else None, "loss_last": logs[-1]["loss"] if logs else None,
+           "trained_on": str(next(trainer.model.parameters()).device), "attention": net.config._attn_implementation,
+           "fused_head_calls": served, **memory.peak()}
+    del trainer, net
+    return out
+
+
+def rollouts(impl: str, device: str, tiny: bool) -> dict[str, Any]:
+    """GRPO's rollouts alone: `generate` of 2 prompts x 2 samples, `new` tokens each (sampling), timed."""
+    import torch
+
+    net = make_model(impl, device, tiny).eval()
+    tok = byte_tokenizer()
+    batch = tok(TEXTS[:2], padding=True, padding_side="left", return_tensors="pt").to(device)
+    new = 8 if tiny else 64
+    with torch.no_grad():
+        t = timed(lambda: net.generate(**batch, max_new_tokens=new, do_sample=True, temperature=0.9,
+                                       num_return_sequences=2, pad_token_id=1), runs=2 if tiny else 3, warmup=0)
+    return {"median_s": t.median_s, "first_step_s": t.first_s, "new_tokens": new, "sequences": 4,
+            "tokens_per_s": 4 * new / t.median_s, "attention": net.config._attn_implementation}
+
+
+def run(out_path: Path, commit: str, tiny: bool, *, cases: list[str] | None = None, impls: list[str] | None = None,
+        steps: int | None = None, budget_s: float = 420.0) -> Path:
+    """The TRL cases into `out_path` (a Torch-mode results file); returns it."""
+    start = time.perf_counter()
+    device = kernel.device()
+    if device == "tpu":
+        os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "tpu")  # accelerate knows no torch-tpu device otherwise
+    results = open_results(out_path, "TRL trainers (torch-tpu)", commit)
+    results.set("device", device)
+    results.set("tiny", tiny)
+    results.set("model", {"config": "Qwen3Config", **(TINY_MODEL if tiny else CHIP_MODEL),
+                          "dtype": "float32" if tiny else "bfloat16"})
+    try:
+        tokamax, load_error = kernel.bundle(), None
+    except Exception as e:  # noqa: BLE001
+        tokamax, load_error = None, f"{type(e).__name__}: {e}"
+    steps = steps or (2 if tiny else 4)
+    for case in cases or CASES:
+        for impl in impls or IMPLS:
+            base = dict(device=device, steps_asked=steps)
+            elapsed = time.perf_counter() - start
+            if elapsed > budget_s:
+                results.add(record("trl", case, impl, "step", None, **base,
+                                   error=f"not run: the time budget ({budget_s:.0f} s) was spent ({elapsed:.0f} s)"))
+                continue
+            if impl == "tokamax" and tokamax is None:
+                results.add(record("trl", case, impl, "step", None, **base, error=f"bundle not loaded: {load_error}"))
+                continue
+            try:
+                if case == "generate":
+                    fields = rollouts(impl, device, tiny)
+                else:
+                    fields = train(case, impl, device, tiny, steps, tokamax)
+                results.add(record("trl", case, impl, "generate" if case == "generate" else "step",
+                                   fields.pop("median_s"), **base, **fields))
+            except Exception as e:  # noqa: BLE001  (a refusal or a missing package is a result)
+                results.add(record("trl", case, impl, "step", None, **base, error=f"{type(e).__name__}: {e}",
+                                   traceback=traceback.format_exc(limit=8)[-4000:]))
+            gc.collect()
+    results.set("wall_s", time.perf_counter() - start)
+    return out_path
+
+
+def main_trl(argv: list[str] | argparse.Namespace | None = None) -> int:
+    """`python3 -m tools.torch_chip trl --out DIR ...`: writes DIR/trl.json; 0 once written."""
+    import subprocess
+
+    parser = argparse.ArgumentParser(prog="tools.torch_chip trl")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tiny", action="store_true", help="tiny sizes, float32 (a CPU run of the plumbing)")
+    parser.add_argument("--cases", help=f"comma-separated, of {','.join(CASES)}")
+    parser.add_argument("--impls", help=f"comma-separated, of {','.join(IMPLS)}")
+    parser.add_argument("--steps", type=int, help="optimizer steps per trainer (default 4; --tiny 2)")
+    parser.add_argument("--budget-s", type=float, default=420.0)
+    parser.add_argument("--commit")
+    args = parser.parse_args(_argv(argv))
+    commit = args.commit
+    if commit is None:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                    check=True).stdout.strip()
+        except Exception:  # noqa: BLE001
+            commit = "unknown"
+
+    def csv(text: str | None) -> list[str] | None:
+        return [x for x in text.split(",") if x] if text else None
+
+    print(run(args.out / "trl.json", commit, args.tiny, cases=csv(args.cases), impls=csv(args.impls),
+              steps=args.steps, budget_s=args.budget_s))
+    return 0
+
+
+def _argv(given: list[str] | argparse.Namespace | None) -> list[str] | None:
+    """An argument list, or the `tools.torch_chip` entry point's namespace (--out, --commit, --tiny, and this
+    script's own options after `--` in `rest`) turned into one."""
+    if not isinstance(given, argparse.Namespace):
+        return given
+    out = ["--out", str(given.out)]
+    if getattr(given, "commit", None) and given.commit != "unknown":
+        out += ["--commit", given.commit]
+    if getattr(given, "tiny", False):
+        out.append("--tiny")
+    return out + [a for a in getattr(given, "rest", None) or [] if a != "--"]
