@@ -30,7 +30,8 @@ def main(argv: list[str]) -> int:
     if args.what == "mirror":
         env = {**os.environ, "TORCH_CHIP_MIRROR": str(args.out / "mirror.json"), "TORCH_CHIP_DEVICE": args.device,
                "TOKAMAX_COMMIT": args.commit}
-        tests = args.rest or ["tests/torch/ops", "--ignore=tests/torch/ops/test_ring_attention.py"]
+        tests = args.rest or ["--noconftest", "tests/torch/ops", "--ignore=tests/torch/ops/test_ring_attention.py",
+                              "--ignore=tests/torch/ops/test_coverage.py"]
         return subprocess.call([sys.executable, "-m", "pytest", "-p", "tools.torch_chip.mirror", "-q",
                                 "-p", "no:cacheprovider", *tests], env=env)
 

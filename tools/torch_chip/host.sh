@@ -20,6 +20,15 @@ if [ ! -d "$TORCH_CHIP_ROOT/site/torch" ]; then
     --index-url "$_tc_index" --find-links "${TORCH_CHIP_WHEELS:-/opt/wheels}" --target "$TORCH_CHIP_ROOT/site" \
     torch==2.13.0 || echo "torch-chip: torch did not install" >&2
 fi
+if [ ! -d "$TORCH_CHIP_ROOT/deps/portpicker" ]; then
+  # torch-tpu's own needs: the index has all but portpicker (carried: build/torch-chip/tpu-deps, from pack.py)
+  PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-cache-dir --only-binary=:all: \
+    --index-url "$_tc_index" --target "$TORCH_CHIP_ROOT/deps" absl-py tensorboard frozendict immutabledict pyzmq \
+    || echo "torch-chip: torch-tpu's needs did not install" >&2
+  # portpicker: the index has all but portpicker (carried: build/torch-chip/tpu-deps, from pack.py)
+  PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps --no-cache-dir \
+    --target "$TORCH_CHIP_ROOT/deps" "$_tc_repo"/build/torch-chip/tpu-deps/*.whl || echo "torch-chip: no portpicker" >&2
+fi
 if [ ! -d "$TORCH_CHIP_ROOT/torch-tpu/torch_tpu" ]; then
   if [ -f "$_tc_repo/build/torch-chip/torch_tpu.tar.xz" ]; then
     echo "torch-chip: torch-tpu from build/torch-chip/torch_tpu.tar.xz"
@@ -39,6 +48,6 @@ if [ -d "$_tc_repo/build/torch-chip/wheels" ] && [ ! -f "$TORCH_CHIP_ROOT/wheels
     --upgrade --target "$TORCH_CHIP_ROOT/wheels-site" "$_tc_repo"/build/torch-chip/wheels/*.whl \
     && touch "$TORCH_CHIP_ROOT/wheels.done"
 fi
-export PYTHONPATH="$TORCH_CHIP_ROOT/shim:${PYTHONPATH}:$TORCH_CHIP_ROOT/torch-tpu:$TORCH_CHIP_ROOT/wheels-site:$TORCH_CHIP_ROOT/site:$TORCH_CHIP_ROOT/host-site"
+export PYTHONPATH="$TORCH_CHIP_ROOT/shim:${PYTHONPATH}:$TORCH_CHIP_ROOT/torch-tpu:$TORCH_CHIP_ROOT/wheels-site:$TORCH_CHIP_ROOT/site:$TORCH_CHIP_ROOT/deps:$TORCH_CHIP_ROOT/host-site"
 export PYTHONUNBUFFERED=1
 unset _tc_repo _tc_index

@@ -172,6 +172,18 @@ MIRRORED: dict[tuple[str, str], int] = {}
 _STATE: dict[str, Any] = {}
 
 
+@pytest.fixture(scope="session")
+def tokamax() -> types.ModuleType:
+    """The bundle, for a run with `--noconftest` (the chip host lacks the repository tests' own needs, such as the
+    port's KDL parser): what tests/torch/conftest.py's `get_kernel` loads."""
+    return package(BUNDLE)
+
+
+@pytest.fixture(scope="session")
+def ops(tokamax: types.ModuleType) -> types.ModuleType:
+    return tokamax.torch_ops
+
+
 def pytest_configure(config: pytest.Config) -> None:
     _kernels_or_bundle()
     path = Path(os.environ.get("TORCH_CHIP_MIRROR", "build/torch-chip/mirror.json"))

@@ -3,7 +3,8 @@
 Its wheel (96 MB) is larger than what one command takes to the host; it holds glue for torch 2.11 to 2.15, and the
 host runs torch 2.13. This downloads the wheel by name and version (pip, for CPython 3.11 on manylinux x86-64),
 keeps torch 2.13's glue and what every version shares, and writes build/torch-chip/torch_tpu.tar.xz (~41 MB; a few
-minutes of xz), which `host.sh` unpacks there."""
+minutes of xz), which `host.sh` unpacks there; and the one need of torch-tpu the host's index lacks (portpicker) in
+build/torch-chip/tpu-deps."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "build/torch-chip/torch_tpu.tar.xz"
+DEPS = REPO / "build/torch-chip/tpu-deps"
+NEEDS = ("portpicker==1.6.0",)
 VERSION = "0.2.0"
 TORCH = "2_13_0"
 _GLUE = re.compile(r"_(2_\d+_0)(?=[._/])")
@@ -47,7 +50,10 @@ def main() -> int:
                 with z.open(info) as f:
                     tar.addfile(entry, f)
         part.replace(OUT)  # whole or not at all
-    print(f"{OUT.relative_to(REPO)}: {OUT.stat().st_size / 2**20:.1f} MiB")
+    # torch-tpu's needs the host's index lacks (host.sh installs the rest from that index)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(DEPS),
+                    *NEEDS], check=True)
+    print(f"{OUT.relative_to(REPO)}: {OUT.stat().st_size / 2**20:.1f} MiB; {DEPS.relative_to(REPO)}: {NEEDS}")
     return 0
 
 

@@ -2,26 +2,33 @@
 from published configs (`configs`), with the kernel's attention, experts and fused loss ("tokamax") against the same
 model on torch-tpu's own paths ("torch": eager attention, since sdpa fails to compile on the host's libtpu; the
 eager experts loop; transformers' plain loss). Per model, impl and length: tokens per second, the median step, the
-first step (tracing, exports, compiles), MFU against a bf16 matmul peak measured in the same process, and peak HBM.
+first step (tracing, exports, compiles), MFU against a bf16 matmul peak measured on the same chip (a child of its
+own, first), and peak HBM.
 
     python3 -m tools.torch_chip steps --out DIR [--models llama3_8b,...] [--tokens 4096,8192] [--budget-s 420]
+        [--config-timeout-s 300] [--stop-s S] [--no-fit]
 
-Every configuration runs in its own try/except: a failure (an out-of-memory, a refusal) is a record with its error
-text, and the results file is rewritten after each record. Configurations past the time budget are recorded as not
-run, with the reason. All models at the first length come before any at the next."""
+Every configuration runs in a child process of its own (`isolate`): one that fails, aborts the process (an XLA
+check failure), runs out of HBM or past its time limit is a record with its error and the last lines of its log
+(DIR/steps-logs/), and the next one starts on a fresh chip; the results file is rewritten after each record. A
+configuration out of HBM runs again a layer shorter (down to 1), and the other impls then run at the count that fit.
+Configurations past the time budget are recorded as not run, with the reason. All models at the first length come
+before any at the next; within a model, the kernel's side before torch's."""
 
 from __future__ import annotations
 
 import argparse
-import gc
+import collections
+import json
+import sys
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import configs, kernel, memory
-from .records import open_results, record
+from . import configs, isolate, kernel, memory
+from .records import ResultsFile, record
 from .timing import timed
 
 IMPLS = ("torch", "tokamax")
@@ -108,61 +115,128 @@ def measure(m: configs.Model, impl: str, tokens: int, device: str, tokamax: Any,
     return out  # the model, its optimizer state and the step's closure go with this frame
 
 
-def _free() -> None:
-    gc.collect()
+def plan(models: list[str], tokens: list[int], impls: list[str], layers: dict[str, int], tiny: bool
+         ) -> list[tuple[str, int, str, int]]:
+    """(model, length, impl, layers) in running order: all models at the first length before the next; within a
+    model, the kernel's side ("tokamax...") before torch's, so that a run cut short keeps the kernel's figure."""
+    ordered = sorted(impls, key=lambda impl: not impl.startswith("tokamax"))
+    out = []
+    for length in tokens:
+        for name in models:
+            count = layers.get(name) or (configs.TINY_LAYERS if tiny else configs.PUBLISHED[name][3])
+            out += [(name, length, impl, count) for impl in ordered]
+    return out
+
+
+def child_step(config: dict[str, Any]) -> dict[str, Any]:
+    """In a child: one configuration's fields (raises on failure), with the chip's name and device."""
+    from .records import device_name
+
+    device = kernel.device()
+    tokamax = kernel.bundle() if config["impl"].startswith("tokamax") else None
+    m = configs.model(config["model"], tiny=config["tiny"], layers=config["layers"], tokens=config["tokens"])
+    fields = measure(m, config["impl"], config["tokens"], device, tokamax, None, config["runs"], config["warmup"])
+    fields.pop("mfu")
+    return {**fields, "published": m.published, "context": {"chip": device_name(), "device": device}}
+
+
+def child_peak(config: dict[str, Any]) -> dict[str, Any]:
+    """In a child: the matmul peak on the device."""
+    from .records import device_name
+
+    device = kernel.device()
+    return {**matmul_peak(device, config["n"]), "context": {"chip": device_name(), "device": device}}
+
+
+def child_main(argv: list[str]) -> int:
+    """`python -m tools.torch_chip.steps --child JSON`: one configuration, its answer to `isolate.CHILD_OUT`
+    (exit 0 once answered, a failure included: the answer says it)."""
+    config = json.loads(argv[argv.index("--child") + 1])
+    try:
+        fields = (child_peak if config["kind"] == "peak" else child_step)(config)
+    except Exception as e:  # noqa: BLE001  (an OOM or a refusal is the answer)
+        peak = memory.peak() if config["kind"] == "step" else {}
+        isolate.answer(peak, error=f"{type(e).__name__}: {e}"[:4000], traceback=traceback.format_exc(limit=8)[-4000:])
+        return 0
+    isolate.answer(fields)
+    return 0
 
 
 def run(out_path: Path, commit: str, tiny: bool, *, models: list[str] | None = None, tokens: list[int] | None = None,
-        impls: list[str] | None = None, layers: dict[str, int] | None = None, budget_s: float = 420.0) -> Path:
-    """The training steps into `out_path` (a Torch-mode results file); returns it."""
-    start = time.perf_counter()
-    device = kernel.device()
-    results = open_results(out_path, "transformers training steps (torch-tpu)", commit)
-    results.set("device", device)
+        impls: list[str] | None = None, layers: dict[str, int] | None = None, budget_s: float = 420.0,
+        config_timeout_s: float = 300.0, stop_s: float | None = None, fit: bool = True,
+        command: Callable[[dict[str, Any]], list[str]] | None = None) -> Path:
+    """The training steps into `out_path` (a Torch-mode results file), each configuration in its own child
+    (`isolate`); returns the path. `fit`: a configuration out of HBM is run again a layer shorter (down to 1), and
+    once one fits at fewer layers the other impls run at that count too (the pair compares at one size).
+    `command`: the child's command line for a configuration (tests give a fake)."""
+    clock = isolate.Clock(budget_s, stop_s)
+    command = command or (lambda config: isolate.child_command("tools.torch_chip.steps", config))
+    results = ResultsFile(out_path, isolate.header("transformers training steps (torch-tpu)", commit))
     results.set("tiny", tiny)
-    try:
-        tokamax = kernel.bundle()
-    except Exception as e:  # noqa: BLE001  (every tokamax record then says why)
-        tokamax, load_error = None, f"{type(e).__name__}: {e}"
-    else:
-        load_error = None
-    peak_flops = None
-    try:
-        peak = matmul_peak(device, TINY_MATMUL if tiny else MATMUL)
-        peak_flops = peak["flops_per_s"]
-        results.set("matmul_peak", peak)
-    except Exception as e:  # noqa: BLE001
-        results.set("matmul_peak", {"error": f"{type(e).__name__}: {e}"})
-    models = models or list(configs.PUBLISHED)
-    tokens = tokens or ([128] if tiny else [4096, 8192])
+    logs = out_path.parent / f"{out_path.stem}-logs"
+    impls = impls or list(IMPLS)
     runs, warmup = (2, 0) if tiny else (5, 1)
-    for length in tokens:
-        for name in models:
-            try:
-                m = configs.model(name, tiny=tiny, layers=(layers or {}).get(name), tokens=length)
-            except Exception as e:  # noqa: BLE001
-                results.add(record(OP, f"{name}/{length}", "config", PASS, None, error=f"{type(e).__name__}: {e}"))
-                continue
-            for impl in impls or IMPLS:
-                case = f"{name}/{length}"
-                base = dict(model=name, published=m.published, layers=m.layers, tokens=length, batch=1,
-                            device=device, dtype="bfloat16", optimizer="torch.optim.AdamW(lr=1e-5)")
-                elapsed = time.perf_counter() - start
-                if elapsed > budget_s:
-                    why = f"not run: the time budget ({budget_s:.0f} s) was spent ({elapsed:.0f} s)"
-                    results.add(record(OP, case, impl, PASS, None, **base, error=why))
-                    continue
-                if impl.startswith("tokamax") and tokamax is None:
-                    results.add(record(OP, case, impl, PASS, None, **base, error=f"bundle not loaded: {load_error}"))
-                    continue
-                try:
-                    fields = measure(m, impl, length, device, tokamax, peak_flops, runs, warmup)
-                    results.add(record(OP, case, impl, PASS, fields.pop("median_s"), **base, **fields))
-                except Exception as e:  # noqa: BLE001  (an OOM or a refusal is a result)
-                    results.add(record(OP, case, impl, PASS, None, **base, error=f"{type(e).__name__}: {e}",
-                                       traceback=traceback.format_exc(limit=8)[-4000:], **memory.peak()))
-                _free()
-    results.set("wall_s", time.perf_counter() - start)
+
+    def context(answer: dict[str, Any] | None) -> None:
+        got = (answer or {}).pop("context", None)
+        if got and results.data["chip"] == isolate.NOT_READ:
+            results.set("chip", got["chip"])
+            results.set("device", got["device"])
+
+    peak_flops = None
+    outcome = isolate.run_one(command, {"kind": "peak", "n": TINY_MATMUL if tiny else MATMUL}, logs, "matmul-peak",
+                              clock.limit(config_timeout_s))
+    context(outcome.answer)
+    failed = outcome.failure()
+    if failed is None:
+        peak_flops = outcome.answer["flops_per_s"]
+        results.set("matmul_peak", outcome.answer)
+    else:
+        results.set("matmul_peak", failed)
+    if outcome.stopped:
+        return out_path
+    queue = collections.deque(plan(models or list(configs.PUBLISHED), tokens or ([128] if tiny else [4096, 8192]),
+                                   impls, layers or {}, tiny))
+    tried: set[tuple[str, int, str, int]] = set(queue)
+    full = {(name, length): count for name, length, _, count in queue}
+    while queue:
+        name, length, impl, count = queue.popleft()
+        case = f"{name}/{length}"
+        base = dict(model=name, layers=count, tokens=length, batch=1, dtype="bfloat16",
+                    optimizer="torch.optim.AdamW(lr=1e-5)")
+        if count < full[(name, length)]:
+            base["layers_cut_from"] = full[(name, length)]
+        refusal = clock.refusal()
+        if refusal:
+            results.add(record(OP, case, impl, PASS, None, **base, error=refusal))
+            continue
+        config = dict(kind="step", model=name, tokens=length, impl=impl, layers=count, tiny=tiny, runs=runs,
+                      warmup=warmup)
+        outcome = isolate.run_one(command, config, logs, f"{name}-{length}-{impl}-{count}l",
+                                  clock.limit(config_timeout_s))
+        context(outcome.answer)
+        failed = outcome.failure()
+        if failed is not None:
+            results.add(record(OP, case, impl, PASS, None, **base, **failed))
+            if outcome.stopped:
+                break
+            if fit and failed.get("out_of_hbm") and count > 1:
+                retry = (name, length, impl, count - 1)
+                tried.add(retry)
+                queue.appendleft(retry)
+            continue
+        fields = dict(outcome.answer)
+        median = fields.pop("median_s")
+        fields["mfu"] = fields["model_flops"] / median / peak_flops if peak_flops else None
+        results.add(record(OP, case, impl, PASS, median, **base, **fields, child_s=outcome.seconds))
+        if count < full[(name, length)]:  # the others at the count that fits, for a comparison at one size
+            for other in impls:
+                pair = (name, length, other, count)
+                if pair not in tried:
+                    tried.add(pair)
+                    queue.appendleft(pair)
+    results.set("wall_s", clock.elapsed())
     return out_path
 
 
@@ -184,6 +258,11 @@ def main_steps(argv: list[str] | argparse.Namespace | None = None) -> int:
                                         f"{','.join(IMPLS)})")
     parser.add_argument("--layers", help="model=layers,... (default: configs.PUBLISHED's)")
     parser.add_argument("--budget-s", type=float, default=420.0, help="start no configuration after this many s")
+    parser.add_argument("--config-timeout-s", type=float, default=300.0, help="a configuration's child is killed "
+                        "after this many s (and recorded)")
+    parser.add_argument("--stop-s", type=float, help="no child runs past this many s from the start (default: none)")
+    parser.add_argument("--no-fit", action="store_true", help="do not run an out-of-HBM configuration again with "
+                        "fewer layers")
     parser.add_argument("--commit", help="default: git rev-parse HEAD, else 'unknown'")
     args = parser.parse_args(_argv(argv))
     commit = args.commit
@@ -195,7 +274,8 @@ def main_steps(argv: list[str] | argparse.Namespace | None = None) -> int:
             commit = "unknown"
     layers = {k: int(v) for k, v in (pair.split("=") for pair in _csv(args.layers) or [])}
     path = run(args.out / "steps.json", commit, args.tiny, models=_csv(args.models), tokens=_csv(args.tokens, int),
-               impls=_csv(args.impls), layers=layers, budget_s=args.budget_s)
+               impls=_csv(args.impls), layers=layers, budget_s=args.budget_s, config_timeout_s=args.config_timeout_s,
+               stop_s=args.stop_s, fit=not args.no_fit)
     print(path)
     return 0
 
@@ -211,3 +291,7 @@ def _argv(given: list[str] | argparse.Namespace | None) -> list[str] | None:
     if getattr(given, "tiny", False):
         out.append("--tiny")
     return out + [a for a in getattr(given, "rest", None) or [] if a != "--"]
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]) if "--child" in sys.argv else main_steps(sys.argv[1:]))

@@ -24,7 +24,7 @@ def synchronize() -> None:
 
     # torch.tpu.is_available() is internal to torch-tpu (it refuses other callers); torch.accelerator answers
     if torch.accelerator.is_available() and torch.accelerator.current_accelerator().type == "tpu":
-        torch.tpu.synchronize()
+        torch.accelerator.synchronize()  # torch.tpu.synchronize is internal to torch-tpu too
 
 
 def timed(fn: Callable[[], Any], *, runs: int = 10, warmup: int = 2) -> Timed:

@@ -6,18 +6,21 @@ the fused-head calls the kernel served, the device the model trained on. A Qwen3
 byte-level tokenizer built here; in-memory datasets), bf16 on the chip.
 
     python3 -m tools.torch_chip trl --out DIR [--cases sft,sft-lora,dpo,grpo,generate] [--steps 4]
+        [--budget-s 420] [--config-timeout-s 240] [--stop-s S]
 
-Every case and impl runs in its own try/except and is a record (its error text where it failed); the results file
-is rewritten after each."""
+Every case and impl runs in a child process of its own (`isolate`), the kernel's side of a case first, and is a
+record (its error text and the last lines of its log, DIR/trl-logs/, where it failed, aborted or ran past its time
+limit); the results file is rewritten after each."""
 
 from __future__ import annotations
 
 import argparse
 import copy
-import gc
 import importlib
+import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 import traceback
@@ -25,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import kernel, memory
-from .records import open_results, record
+from . import isolate, kernel, memory
+from .records import ResultsFile, record
 from .timing import synchronize, timed
 
 IMPLS = ("trl", "tokamax")
@@ -199,46 +202,73 @@ def rollouts(impl: str, device: str, tiny: bool) -> dict[str, Any]:
             "tokens_per_s": 4 * new / t.median_s, "attention": net.config._attn_implementation}
 
 
+def child_main(argv: list[str]) -> int:
+    """`python -m tools.torch_chip.trl_steps --child JSON`: one (case, impl), its answer to `isolate.CHILD_OUT`
+    (exit 0 once answered, a failure included)."""
+    from .records import device_name
+
+    config = json.loads(argv[argv.index("--child") + 1])
+    case, impl, tiny = config["case"], config["impl"], config["tiny"]
+    try:
+        device = kernel.device()
+        if device == "tpu":
+            os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "tpu")  # accelerate knows no torch-tpu device otherwise
+        context = {"chip": device_name(), "device": device}
+        tokamax = kernel.bundle() if impl == "tokamax" else None
+        if case == "generate":
+            fields = rollouts(impl, device, tiny)
+        else:
+            fields = train(case, impl, device, tiny, config["steps"], tokamax)
+    except Exception as e:  # noqa: BLE001  (a refusal or a missing package is the answer)
+        isolate.answer(memory.peak(), error=f"{type(e).__name__}: {e}"[:4000],
+                       traceback=traceback.format_exc(limit=8)[-4000:])
+        return 0
+    isolate.answer(fields, context=context)
+    return 0
+
+
+def plan(cases: list[str], impls: list[str]) -> list[tuple[str, str]]:
+    """(case, impl) in running order: per case, the kernel's side first (a run cut short keeps its figure)."""
+    ordered = sorted(impls, key=lambda impl: impl != "tokamax")
+    return [(case, impl) for case in cases for impl in ordered]
+
+
 def run(out_path: Path, commit: str, tiny: bool, *, cases: list[str] | None = None, impls: list[str] | None = None,
-        steps: int | None = None, budget_s: float = 420.0) -> Path:
-    """The TRL cases into `out_path` (a Torch-mode results file); returns it."""
-    start = time.perf_counter()
-    device = kernel.device()
-    if device == "tpu":
-        os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "tpu")  # accelerate knows no torch-tpu device otherwise
-    results = open_results(out_path, "TRL trainers (torch-tpu)", commit)
-    results.set("device", device)
+        steps: int | None = None, budget_s: float = 420.0, config_timeout_s: float = 240.0,
+        stop_s: float | None = None, command: Callable[[dict[str, Any]], list[str]] | None = None) -> Path:
+    """The TRL cases into `out_path` (a Torch-mode results file), each (case, impl) in its own child (`isolate`);
+    returns the path. `command`: the child's command line for a configuration (tests give a fake)."""
+    clock = isolate.Clock(budget_s, stop_s)
+    command = command or (lambda config: isolate.child_command("tools.torch_chip.trl_steps", config))
+    results = ResultsFile(out_path, isolate.header("TRL trainers (torch-tpu)", commit))
     results.set("tiny", tiny)
     results.set("model", {"config": "Qwen3Config", **(TINY_MODEL if tiny else CHIP_MODEL),
                           "dtype": "float32" if tiny else "bfloat16"})
-    try:
-        tokamax, load_error = kernel.bundle(), None
-    except Exception as e:  # noqa: BLE001
-        tokamax, load_error = None, f"{type(e).__name__}: {e}"
+    logs = out_path.parent / f"{out_path.stem}-logs"
     steps = steps or (2 if tiny else 4)
-    for case in cases or CASES:
-        for impl in impls or IMPLS:
-            base = dict(device=device, steps_asked=steps)
-            elapsed = time.perf_counter() - start
-            if elapsed > budget_s:
-                results.add(record("trl", case, impl, "step", None, **base,
-                                   error=f"not run: the time budget ({budget_s:.0f} s) was spent ({elapsed:.0f} s)"))
-                continue
-            if impl == "tokamax" and tokamax is None:
-                results.add(record("trl", case, impl, "step", None, **base, error=f"bundle not loaded: {load_error}"))
-                continue
-            try:
-                if case == "generate":
-                    fields = rollouts(impl, device, tiny)
-                else:
-                    fields = train(case, impl, device, tiny, steps, tokamax)
-                results.add(record("trl", case, impl, "generate" if case == "generate" else "step",
-                                   fields.pop("median_s"), **base, **fields))
-            except Exception as e:  # noqa: BLE001  (a refusal or a missing package is a result)
-                results.add(record("trl", case, impl, "step", None, **base, error=f"{type(e).__name__}: {e}",
-                                   traceback=traceback.format_exc(limit=8)[-4000:]))
-            gc.collect()
-    results.set("wall_s", time.perf_counter() - start)
+    for case, impl in plan(cases or list(CASES), impls or list(IMPLS)):
+        base = dict(steps_asked=steps)
+        pass_ = "generate" if case == "generate" else "step"
+        refusal = clock.refusal()
+        if refusal:
+            results.add(record("trl", case, impl, pass_, None, **base, error=refusal))
+            continue
+        outcome = isolate.run_one(command, dict(case=case, impl=impl, tiny=tiny, steps=steps), logs,
+                                  f"{case}-{impl}", clock.limit(config_timeout_s))
+        got = (outcome.answer or {}).pop("context", None)
+        if got and results.data["chip"] == isolate.NOT_READ:
+            results.set("chip", got["chip"])
+            results.set("device", got["device"])
+        failed = outcome.failure()
+        if failed is not None:
+            results.add(record("trl", case, impl, pass_, None, **base, **failed))
+            if outcome.stopped:
+                break
+            continue
+        fields = dict(outcome.answer)
+        results.add(record("trl", case, impl, pass_, fields.pop("median_s"), **base, **fields,
+                           child_s=outcome.seconds))
+    results.set("wall_s", clock.elapsed())
     return out_path
 
 
@@ -252,7 +282,10 @@ def main_trl(argv: list[str] | argparse.Namespace | None = None) -> int:
     parser.add_argument("--cases", help=f"comma-separated, of {','.join(CASES)}")
     parser.add_argument("--impls", help=f"comma-separated, of {','.join(IMPLS)}")
     parser.add_argument("--steps", type=int, help="optimizer steps per trainer (default 4; --tiny 2)")
-    parser.add_argument("--budget-s", type=float, default=420.0)
+    parser.add_argument("--budget-s", type=float, default=420.0, help="start no configuration after this many s")
+    parser.add_argument("--config-timeout-s", type=float, default=240.0, help="a (case, impl)'s child is killed "
+                        "after this many s (and recorded)")
+    parser.add_argument("--stop-s", type=float, help="no child runs past this many s from the start (default: none)")
     parser.add_argument("--commit")
     args = parser.parse_args(_argv(argv))
     commit = args.commit
@@ -267,7 +300,7 @@ def main_trl(argv: list[str] | argparse.Namespace | None = None) -> int:
         return [x for x in text.split(",") if x] if text else None
 
     print(run(args.out / "trl.json", commit, args.tiny, cases=csv(args.cases), impls=csv(args.impls),
-              steps=args.steps, budget_s=args.budget_s))
+              steps=args.steps, budget_s=args.budget_s, config_timeout_s=args.config_timeout_s, stop_s=args.stop_s))
     return 0
 
 
@@ -282,3 +315,7 @@ def _argv(given: list[str] | argparse.Namespace | None) -> list[str] | None:
     if getattr(given, "tiny", False):
         out.append("--tiny")
     return out + [a for a in getattr(given, "rest", None) or [] if a != "--"]
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]) if "--child" in sys.argv else main_trl(sys.argv[1:]))

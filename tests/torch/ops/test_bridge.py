@@ -108,6 +108,10 @@ def test_on_a_torch_tpu_host_an_op_for_another_chip_is_refused(ops, monkeypatch)
         rope = ops.families["deepseek_rope"]._rope_jax
         with pytest.raises(NotImplementedError, match=r"upstream runs this kernel on v7x only; torch-tpu's TPU is v6e"):
             jax.export.export(jax.jit(lambda *a: rope(*a, "rope", False, 1e-6)), platforms=["tpu"])(*specs)
+        # as the op exports it (with its autotuning token): the message names the op (on the v5e it said "body")
+        exported = ops.deepseek_rope_op._jax_fn
+        with pytest.raises(NotImplementedError, match=r"^tokamax deepseek_rope: upstream runs this kernel on v7x only"):
+            jax.export.export(jax.jit(lambda *a: exported(*a, "rope", False, 1e-6, "")), platforms=["tpu"])(*specs)
     finally:
         monkeypatch.undo()
         bridge.attached_chip.cache_clear()

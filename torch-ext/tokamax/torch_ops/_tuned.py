@@ -79,6 +79,8 @@ def with_token(name: str, jax_fn: Callable[..., Any], chip_context: Callable[...
         with tuning.applied(token, name):
             return jax_fn(*rest)
 
+    body.__name__ = body.__qualname__ = name  # what the chip context's refusals name ("tokamax deepseek_rope: ...")
+
     in_chip = chip_context(getattr(jax_fn, "pinned_chip", None))(body)
 
     def fn(*args: Any) -> Any:

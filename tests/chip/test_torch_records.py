@@ -1,0 +1,84 @@
+"""The chip tier's Torch-mode records (benchmarks/measured/torch, made on a TPU v5e by `python3 -m tools.torch_chip`):
+whole, each figure consistent with the records it was computed from, every tokamax Torch op's numerics equal to the
+JAX path's on the chip, every record without a time saying why, and docs/torch-chip.md's tables rendered from them.
+CI has no chip: these read what one measured."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tools.chip.check import RELATIVE
+from tools.chip.results import REQUIRED
+from tools.torch_chip import table
+
+FILES = sorted(table.MEASURED.glob("*.json"))
+KNOWN_MIRROR_FAILURES = {
+    # batched RPA's kernel on the chip against upstream's pure-JAX reference on the CPU, at the test's paged inputs:
+    # relative error 3.2 in the attention output, the KV cache it writes equal. Unexplained (issue 71's note).
+    ("batched_rpa", "tests/torch/ops/test_batched_rpa.py::test_cpu_runs_upstreams_reference_matching_a_float64_"
+                    "paged_attention[dtype0-1e-05]"),
+    ("batched_rpa", "tests/torch/ops/test_batched_rpa.py::test_cpu_runs_upstreams_reference_matching_a_float64_"
+                    "paged_attention[dtype1-0.02]"),
+}
+
+
+def _load(name: str) -> list[dict]:
+    return [json.loads(f.read_text()) for f in FILES if f"-torch-{name}-" in f.name]
+
+
+@pytest.mark.kernels_ci
+def test_every_file_is_whole_and_names_its_chip_stack_and_commit():
+    assert {n for n in ("bridge", "mirror", "trl", "steps") if _load(n)} == {"bridge", "mirror", "trl", "steps"}
+    for f in FILES:
+        data = json.loads(f.read_text())
+        assert data["mode"] == "torch" and data["chip"] in ("TPU v5e", "TPU v5 lite") and len(data["commit"]) >= 7
+        assert data["stack"]["torch-tpu"] == "0.2.0" and data["stack"]["torch"].startswith("2.13.0"), f.name
+        for r in data["records"]:
+            assert all(k in r for k in REQUIRED), (f.name, r)
+            assert r["median_s"] is not None or r.get("error") or r.get("status") in (
+                "passed", "failed", "ran (no CPU answer)"), (f.name, r)  # nothing left unexplained
+
+
+@pytest.mark.kernels_ci
+def test_the_bridge_records_agree_with_the_jax_side_they_were_compared_with():
+    (data,) = _load("bridge")
+    jax = {(r["case"], r["pass"]): r for r in data["jax_side"]}
+    assert data["jax_side"] and {r["pass"] for r in data["jax_side"]} == {"fwd", "fwd+bwd"}
+    ours = [r for r in data["records"] if r["impl"].startswith("tokamax")]
+    assert len(ours) >= 10
+    for r in ours:
+        assert r["median_s"] is not None, r  # every tokamax way ran
+        j = jax[(r["case"], r["pass"])]
+        assert math.isclose(r["ratio_to_jax"], r["median_s"] / j["median_s"], rel_tol=1e-12)
+        assert r["numerics"] == "passed", r
+        assert all(e <= r["bounds"][k] for k, e in r["errors_vs_jax"].items()), r
+        assert all(b <= RELATIVE for b in r["bounds"].values())
+
+
+@pytest.mark.kernels_ci
+def test_the_lm_heads_loss_from_torch_is_within_5_percent_of_the_jax_path():
+    """What the backward's one-pass scaling (torch_ops/_forward_grads.py) bought: 184.1 ms before (1.14x)."""
+    (data,) = _load("bridge")
+    (r,) = [r for r in data["records"] if r["op"] == "lm_head_loss" and r["impl"] == "tokamax (torch)"]
+    assert r["ratio_to_jax"] <= 1.05, r
+
+
+@pytest.mark.kernels_ci
+def test_the_mirrored_op_calls_failed_nowhere_but_the_recorded_gap():
+    (data,) = _load("mirror")
+    failed = {(r["op"], r["test"]) for r in data["records"] if r["status"] == "failed"}
+    assert failed <= KNOWN_MIRROR_FAILURES, failed - KNOWN_MIRROR_FAILURES
+    passed = {r["op"] for r in data["records"] if r["status"] == "passed"}
+    assert {"distill_divergence", "distill_loss_grads", "lm_head_loss_grads", "forward_grads_scale"} <= passed
+    for r in data["records"]:
+        if r["status"] == "error":
+            assert r["error"], r
+
+
+@pytest.mark.kernels_ci
+def test_the_docs_tables_are_rendered_from_the_records():
+    assert table.section(table.PAGE.read_text()) == table.section(table.render()), \
+        "docs/torch-chip.md's tables differ from benchmarks/measured/torch: python -m tools.torch_chip.table"
