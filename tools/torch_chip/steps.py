@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import configs, isolate, kernel, memory
+from . import cli, configs, isolate, kernel, memory
 from .records import ResultsFile, record
 from .timing import timed
 
@@ -247,7 +247,6 @@ def _csv(text: str | None, cast: Callable[[str], Any] = str) -> list[Any] | None
 def main_steps(argv: list[str] | argparse.Namespace | None = None) -> int:
     """`python3 -m tools.torch_chip steps --out DIR ...`: writes DIR/steps.json; 0 once the file is written (failed
     configurations are records in it, not an exit status)."""
-    import subprocess
 
     parser = argparse.ArgumentParser(prog="tools.torch_chip steps")
     parser.add_argument("--out", type=Path, required=True, help="directory for steps.json")
@@ -264,33 +263,14 @@ def main_steps(argv: list[str] | argparse.Namespace | None = None) -> int:
     parser.add_argument("--no-fit", action="store_true", help="do not run an out-of-HBM configuration again with "
                         "fewer layers")
     parser.add_argument("--commit", help="default: git rev-parse HEAD, else 'unknown'")
-    args = parser.parse_args(_argv(argv))
-    commit = args.commit
-    if commit is None:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                    check=True).stdout.strip()
-        except Exception:  # noqa: BLE001  (a copy without .git)
-            commit = "unknown"
+    args = parser.parse_args(cli.argv(argv))
+    commit = cli.commit(args.commit)
     layers = {k: int(v) for k, v in (pair.split("=") for pair in _csv(args.layers) or [])}
     path = run(args.out / "steps.json", commit, args.tiny, models=_csv(args.models), tokens=_csv(args.tokens, int),
                impls=_csv(args.impls), layers=layers, budget_s=args.budget_s, config_timeout_s=args.config_timeout_s,
                stop_s=args.stop_s, fit=not args.no_fit)
     print(path)
     return 0
-
-
-def _argv(given: list[str] | argparse.Namespace | None) -> list[str] | None:
-    """An argument list, or the `tools.torch_chip` entry point's namespace (--out, --commit, --tiny, and this
-    script's own options after `--` in `rest`) turned into one."""
-    if not isinstance(given, argparse.Namespace):
-        return given
-    out = ["--out", str(given.out)]
-    if getattr(given, "commit", None) and given.commit != "unknown":
-        out += ["--commit", given.commit]
-    if getattr(given, "tiny", False):
-        out.append("--tiny")
-    return out + [a for a in getattr(given, "rest", None) or [] if a != "--"]
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import isolate, kernel, memory
+from . import cli, isolate, kernel, memory
 from .records import ResultsFile, record
 from .timing import synchronize, timed
 
@@ -274,7 +274,6 @@ def run(out_path: Path, commit: str, tiny: bool, *, cases: list[str] | None = No
 
 def main_trl(argv: list[str] | argparse.Namespace | None = None) -> int:
     """`python3 -m tools.torch_chip trl --out DIR ...`: writes DIR/trl.json; 0 once written."""
-    import subprocess
 
     parser = argparse.ArgumentParser(prog="tools.torch_chip trl")
     parser.add_argument("--out", type=Path, required=True)
@@ -287,14 +286,8 @@ def main_trl(argv: list[str] | argparse.Namespace | None = None) -> int:
                         "after this many s (and recorded)")
     parser.add_argument("--stop-s", type=float, help="no child runs past this many s from the start (default: none)")
     parser.add_argument("--commit")
-    args = parser.parse_args(_argv(argv))
-    commit = args.commit
-    if commit is None:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                    check=True).stdout.strip()
-        except Exception:  # noqa: BLE001
-            commit = "unknown"
+    args = parser.parse_args(cli.argv(argv))
+    commit = cli.commit(args.commit)
 
     def csv(text: str | None) -> list[str] | None:
         return [x for x in text.split(",") if x] if text else None
@@ -302,19 +295,6 @@ def main_trl(argv: list[str] | argparse.Namespace | None = None) -> int:
     print(run(args.out / "trl.json", commit, args.tiny, cases=csv(args.cases), impls=csv(args.impls),
               steps=args.steps, budget_s=args.budget_s, config_timeout_s=args.config_timeout_s, stop_s=args.stop_s))
     return 0
-
-
-def _argv(given: list[str] | argparse.Namespace | None) -> list[str] | None:
-    """An argument list, or the `tools.torch_chip` entry point's namespace (--out, --commit, --tiny, and this
-    script's own options after `--` in `rest`) turned into one."""
-    if not isinstance(given, argparse.Namespace):
-        return given
-    out = ["--out", str(given.out)]
-    if getattr(given, "commit", None) and given.commit != "unknown":
-        out += ["--commit", given.commit]
-    if getattr(given, "tiny", False):
-        out.append("--tiny")
-    return out + [a for a in getattr(given, "rest", None) or [] if a != "--"]
 
 
 if __name__ == "__main__":
