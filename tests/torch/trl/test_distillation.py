@@ -89,7 +89,9 @@ def test_one_step_equals_trls_own_function(tokamax, beta, lora, accumulation):
     assert ours["calls"] == {"kernel": accumulation, "trl": 0}, ours["calls"]
     assert theirs["calls"] == {"kernel": 0, "trl": accumulation}, theirs["calls"]
     op = "distill_loss_grad_x" if lora else "distill_loss_grads"  # a frozen head: dx alone
-    assert ours["ops"] == {op: accumulation}, ours["ops"]
+    # the backward scales each gradient the forward made by the loss's cotangent in one exported pass: dx, and dW
+    # where the head trains (torch_ops/_forward_grads.py)
+    assert ours["ops"] == {op: accumulation, "forward_grads_scale": accumulation * (1 if lora else 2)}, ours["ops"]
     assert not theirs["ops"], theirs["ops"]
     trainers.assert_same_step(ours, theirs)
 
