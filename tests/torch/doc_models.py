@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 import transformers
 
+from tools.torch_chip.tokenizer import byte_tokenizer  # noqa: F401  (the tests import it from here too)
+
 
 def _olmoe() -> transformers.PreTrainedModel:
     config = transformers.OlmoeConfig(vocab_size=260, hidden_size=256, intermediate_size=128, num_hidden_layers=1,
@@ -27,18 +29,6 @@ def _olmoe() -> transformers.PreTrainedModel:
 MODELS: dict[str, Callable[[], transformers.PreTrainedModel]] = {
     "allenai/OLMoE-1B-7B-0924": _olmoe,
 }
-
-
-def byte_tokenizer() -> transformers.PreTrainedTokenizerFast:
-    """Every byte one token (ids 2-257), <eos> 0, <pad> 1: a model needs a vocabulary of >= 258."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {"<eos>": 0, "<pad>": 1, **{c: i + 2 for i, c in enumerate(alphabet)}}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>")
 
 
 def save_checkpoint(model_id: str, directory: Path) -> Path:

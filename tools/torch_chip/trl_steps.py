@@ -31,6 +31,7 @@ from typing import Any
 from . import cli, isolate, kernel, memory
 from .records import ResultsFile, record
 from .timing import synchronize, timed
+from .tokenizer import byte_tokenizer
 
 IMPLS = ("trl", "tokamax")
 CASES = ("sft", "sft-lora", "dpo", "grpo", "grpo-cb", "generate")
@@ -42,19 +43,6 @@ CHIP_MODEL = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, n
                   num_attention_heads=16, num_key_value_heads=8, head_dim=128)
 TINY_MODEL = dict(vocab_size=260, hidden_size=128, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
                   num_key_value_heads=1, head_dim=128)
-
-
-def byte_tokenizer() -> Any:
-    """Every byte one token (ids 2-257), <eos> 0, <pad> 1 (no Hub: a tokenizer built from its parts)."""
-    import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {"<eos>": 0, "<pad>": 1, **{c: i + 2 for i, c in enumerate(alphabet)}}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>")
 
 
 def make_model(impl: str, device: str, tiny: bool, attention: str | None = None) -> Any:
