@@ -1,7 +1,8 @@
-"""`python3 -m tools.torch_chip {jax,bridge,mirror,steps,trl} --out DIR [--commit SHA] [--tiny]`: see the package.
+"""`python3 -m tools.torch_chip {jax,jax-profile,bridge,profile,mirror,steps,trl} --out DIR [--commit SHA]
+[--tiny]`: see the package.
 
-`jax` runs with JAX on the chip (no torch imported); the others are Torch processes: JAX there runs on the CPU
-(JAX_PLATFORMS=cpu, set here before JAX starts) and torch-tpu holds the chip."""
+`jax` and `jax-profile` run with JAX on the chip (no torch imported); the others are Torch processes: JAX
+there runs on the CPU (JAX_PLATFORMS=cpu, set here before JAX starts) and torch-tpu holds the chip."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-TORCH_MODES = ("bridge", "mirror", "steps", "trl")
+TORCH_MODES = ("bridge", "profile", "mirror", "steps", "trl")
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m tools.torch_chip")
-    parser.add_argument("what", choices=("jax", *TORCH_MODES))
+    parser.add_argument("what", choices=("jax", "jax-profile", *TORCH_MODES))
     parser.add_argument("--out", type=Path, default=Path("build/torch-chip/out"))
     parser.add_argument("--commit", default=os.environ.get("TOKAMAX_COMMIT", "unknown"))
     parser.add_argument("--runs", type=int, default=10)
@@ -45,6 +46,18 @@ def main(argv: list[str]) -> int:
         tk = package()
         bridge.jax_side(tk, open_results(args.out / "bridge-jax.json", "bridge", args.commit, side="jax"),
                         runs=args.runs, shapes=shapes)
+        return 0
+    if args.what == "jax-profile":
+        from . import traces
+
+        traces.jax_traces(package(), args.out / "profile", shapes)
+        return 0
+    if args.what == "profile":
+        import torch  # noqa: F401  (loads torch-tpu before the bundle's Torch ops)
+
+        from . import traces
+
+        traces.torch_traces(package(), args.out / "profile", args.device, shapes)
         return 0
     if args.what == "bridge":
         import torch  # noqa: F401  (loads torch-tpu before the bundle's Torch ops)

@@ -1,5 +1,7 @@
-"""Timing a Torch callable on torch-tpu: the first call (tracing, export, compile and run) and the median of
-`runs` calls after `warmup`, each waited for with `torch.tpu.synchronize()` (on a CPU host: nothing to wait for)."""
+"""Timing a Torch callable on torch-tpu: the first call (tracing, export, compile and run), the median of `runs`
+calls after `warmup`, each waited for with `torch.accelerator.synchronize()` (on a CPU host: nothing to wait for),
+and the same calls issued back to back with one wait at the end (`pipelined_s`: what a training loop pays, where
+the host runs ahead of the chip, so the per-call wait and launch latency overlap the chip's work)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ class Timed:
     min_s: float
     max_s: float
     runs: int
+    pipelined_s: float | None = None  # per call, `runs` calls then one wait
 
 
 def synchronize() -> None:
@@ -43,4 +46,9 @@ def timed(fn: Callable[[], Any], *, runs: int = 10, warmup: int = 2) -> Timed:
         fn()
         synchronize()
         times.append(time.perf_counter() - start)
-    return Timed(first, statistics.median(times), min(times), max(times), runs)
+    start = time.perf_counter()
+    for _ in range(runs):
+        fn()
+    synchronize()
+    pipelined = (time.perf_counter() - start) / runs
+    return Timed(first, statistics.median(times), min(times), max(times), runs, pipelined)

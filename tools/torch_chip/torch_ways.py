@@ -46,18 +46,20 @@ class Way:
             gc.collect()
             return None
         extra: dict[str, Any] = {"first_s": round(t.first_s, 2), "min_s": t.min_s, "max_s": t.max_s, "runs": t.runs,
-                                 "flops": shape.flops(self.pass_), **figures}
+                                 "pipelined_s": t.pipelined_s, "flops": shape.flops(self.pass_), **figures}
         if jax_rec is not None:
             extra["jax_median_s"] = jax_rec["median_s"]
             extra["ratio_to_jax"] = t.median_s / jax_rec["median_s"]
+            if jax_rec.get("pipelined_s") and t.pipelined_s:
+                extra["pipelined_ratio_to_jax"] = t.pipelined_s / jax_rec["pipelined_s"]
             if self.checked:
                 extra.update(_compare(figures, jax_rec))
         elif self.checked:
             extra["numerics"] = "no JAX side record of this pass to compare with"
         out.add(record(shape.op, shape.case, self.impl, self.pass_, t.median_s, **extra))
         gc.collect()
-        return {k: v for k, v in extra.items() if k in ("ratio_to_jax", "numerics", "first_s")} | {
-            "median_ms": round(t.median_s * 1e3, 2)}
+        return {k: v for k, v in extra.items() if k in ("ratio_to_jax", "pipelined_ratio_to_jax", "numerics",
+                                                          "first_s")} | {"median_ms": round(t.median_s * 1e3, 2)}
 
     def _figures(self, result: Any) -> dict:
         if self.pass_ == "fwd":
@@ -99,7 +101,34 @@ def _grad_of(names: tuple[str, ...], fn: Callable[..., torch.Tensor], tensors: d
     return call, tuple(leaves.values())
 
 
+def fused_eager(way: Way) -> Way | None:
+    """`way` under torch-tpu's DEFER_AND_FUSE eager mode (its default is DEFER_NEVER: each op launched as it
+    comes), or None where torch-tpu has no such mode (a CPU run of the tool)."""
+    tpu = getattr(torch, "tpu", None)
+    if tpu is None or not hasattr(tpu, "set_eager_mode"):
+        return None
+    call = way.call
+
+    def deferred() -> Any:
+        with tpu.set_eager_mode(tpu.EagerMode.DEFER_AND_FUSE):
+            return call()
+    return dataclasses.replace(way, impl=f"{way.impl[:-1]}, DEFER_AND_FUSE)", call=deferred)
+
+
 def ways(tk: Any, shape: Any, tensors: dict[str, torch.Tensor]) -> Iterator[Way]:
+    """Each way of `shape`, then the public Torch op's passes again under torch-tpu's fusing eager mode."""
+    again = []
+    for way in _ways(tk, shape, tensors):
+        yield way
+        if way.impl == "tokamax (torch)":
+            again.append(way)
+    for way in again:
+        fused = fused_eager(way)
+        if fused is not None:
+            yield fused
+
+
+def _ways(tk: Any, shape: Any, tensors: dict[str, torch.Tensor]) -> Iterator[Way]:
     ops = tk.torch_ops
     if shape.op == "grouped_matmul":
         def ours(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
