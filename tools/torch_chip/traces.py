@@ -16,11 +16,12 @@ from __future__ import annotations
 import collections
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .bridge import SHAPES, Shape, inputs
+if TYPE_CHECKING:  # the reading half runs where no JAX is installed (xprof's venv)
+    from .bridge import Shape
 
 CALLS = 3
 """Calls traced per way, after one untraced call (its compile)."""
@@ -37,12 +38,12 @@ def _profiled(shapes: tuple[Shape, ...]) -> Iterator[Shape]:
     return (s for s in shapes if s.case.startswith(PROFILED) or s.case.startswith("tiny"))
 
 
-def jax_traces(tk: Any, out: Path, shapes: tuple[Shape, ...] = SHAPES) -> list[str]:
-    """Traces each profiled shape's JAX forward (the public op under `jax.jit`), `CALLS` calls each waited for."""
+def jax_traces(tk: Any, out: Path, shapes: tuple[Shape, ...]) -> list[str]:
+    """Traces each profiled shape's JAX passes (the public op under `jax.jit`), `CALLS` calls each waited for."""
     import jax
     import jax.numpy as jnp
 
-    from .bridge import _jax_passes
+    from .bridge import _jax_passes, inputs
 
     written = []
     for shape in _profiled(shapes):
@@ -61,12 +62,13 @@ def jax_traces(tk: Any, out: Path, shapes: tuple[Shape, ...] = SHAPES) -> list[s
     return written
 
 
-def torch_traces(tk: Any, out: Path, device: str = "tpu", shapes: tuple[Shape, ...] = SHAPES) -> list[str]:
+def torch_traces(tk: Any, out: Path, device: str, shapes: tuple[Shape, ...]) -> list[str]:
     """Traces each profiled shape's Torch ways (the public op, the custom op alone, their fused-eager runs) with
     torch-tpu's profiler, `CALLS` calls each waited for; a way torch-tpu cannot trace is reported, not hidden."""
     import torch
 
     from . import torch_ways
+    from .bridge import inputs
     from .timing import synchronize
 
     written = []
@@ -123,17 +125,42 @@ def device_ops(path: Path) -> dict[str, dict[str, float]]:
     return {k: dict(v) for k, v in totals.items()}
 
 
-def summary(root: Path, top: int = 8, write: Callable[[str], Any] = print) -> None:
-    """Each trace under `root`: its device lines' time per call, and the costliest events of each."""
+def summary(root: Path, top: int = 8) -> dict[str, Any]:
+    """Each trace under `root` ("jax/<shape-pass>", "torch/<shape-way-pass>"): per device line ("XLA Modules": the
+    executables, "XLA Ops": their ops), the microseconds per call in all, and the costliest `top` names."""
+    out: dict[str, Any] = {}
     for path in sorted(root.rglob("*.xplane.pb")):
-        name = path.relative_to(root).parts[:2]
-        write(f"== {'/'.join(name)}")
+        lines = {}
         for line, events in device_ops(path).items():
-            total = sum(events.values()) / CALLS
-            write(f"  {line}: {total:9.1f} us per call, {len(events)} names")
-            for ev, us in sorted(events.items(), key=lambda kv: -kv[1])[:top]:
-                write(f"      {us / CALLS:9.1f} us  {ev[:110]}")
+            if line.startswith("_") or not events:
+                continue
+            costly = sorted(events.items(), key=lambda kv: -kv[1])[:top]
+            lines[line] = {"us_per_call": round(sum(events.values()) / CALLS, 1),
+                           "top": [[name[:160], round(us / CALLS, 1)] for name, us in costly]}
+        out["/".join(path.relative_to(root).parts[:2])] = lines
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tools.torch_chip.traces DIR [OUT.json HEAD.json]`: the summary printed; with OUT, written as a
+    Torch-mode results file whose header (chip, stack, commit) is HEAD's, the bridge run of the same session."""
+    import json
+
+    data = summary(Path(argv[0]))
+    for name, lines in data.items():
+        print(f"== {name}")
+        for line, d in lines.items():
+            print(f"  {line}: {d['us_per_call']:9.1f} us per call")
+            for ev, us in d["top"]:
+                print(f"      {us:9.1f} us  {ev[:110]}")
+    if len(argv) > 2:
+        head = {k: v for k, v in json.loads(Path(argv[2]).read_text()).items() if k not in ("records", "jax_side")}
+        records = [{"op": "trace", "case": name.split("/", 1)[1], "impl": name.split("/", 1)[0], "pass": "trace",
+                    "median_s": None, "status": "traced", "calls": CALLS, "device": lines}
+                   for name, lines in data.items()]
+        Path(argv[1]).write_text(json.dumps(head | {"what": "traces", "records": records}, indent=1) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    summary(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("build/torch-chip/out/profile"))
+    sys.exit(main(sys.argv[1:]))
