@@ -18,7 +18,7 @@ from .reference import reference, tolerances
 from .test_kernels import SETTINGS, assert_within, operands
 
 ROWS, HIDDEN_S, HIDDEN_T, VOCAB = 37, 64, 96, 1000
-BF16 = 2.0 ** -9
+BF16 = 2.0 ** -8  # bf16's unit roundoff (8 significant bits, rounded to the nearest)
 
 
 def _weights(rows: int, seed: int) -> np.ndarray:

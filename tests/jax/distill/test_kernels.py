@@ -115,7 +115,7 @@ def test_bf16_operands_and_a_float32_teacher(kernel, emulation):
     """A bf16 student and a float32 teacher of another width (the reference takes the same bf16 values):
     float32 logits and sums, so the divergence and entropy are as exact as for float32; the gradient block
     enters the MXU in the student's bf16 (as TRL rounds its tiles to the compute dtype) and dx, dw come back
-    in bf16: each within 2 x 2^-9 (two roundings) of the largest of its gradient, not of each element."""
+    in bf16: each within 2 x 2^-8 (two roundings) of the largest of its gradient, not of each element."""
     xs, ws, bs, xt, wt, bt = operands(64, 128, 192, 640, seed=9)
     ops = (jnp.asarray(xs, jnp.bfloat16), jnp.asarray(ws, jnp.bfloat16), bs, xt, wt, bt)
     options = dict(beta=0.5, student_soft_cap=30.0, temperature=1.2)
@@ -128,7 +128,7 @@ def test_bf16_operands_and_a_float32_teacher(kernel, emulation):
     assert_within("entropy", ent, want_ent, ent_tol)
     assert dx.dtype == dw.dtype == jnp.bfloat16 and db.dtype == np.float32
     for name, got, want in zip(("dx", "dw", "db"), (dx, dw, db), want_grads, strict=True):
-        assert_within(name, got, want, 2 * 2.0 ** -9 * np.abs(want).max())
+        assert_within(name, got, want, 2 * 2.0 ** -8 * np.abs(want).max())
 
 
 def _lower(emulation, chip: str, fn, *specs) -> str:  # noqa: ANN001

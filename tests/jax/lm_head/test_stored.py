@@ -100,7 +100,7 @@ def test_every_layout_matches_float64(kernel, transform, layout):
 @pytest.mark.kernels_ci
 def test_bf16_operands(kernel, monkeypatch):
     """bf16 x and w (the reference takes the same bf16 values): float32 logits, so the statistics are as exact as
-    for float32; p is kept in bf16 (2^-9 relative) and the gradient G rounded once more to bf16 before its matmuls
+    for float32; p is kept in bf16 (2^-8 relative) and the gradient G rounded once more to bf16 before its matmuls
     (as TRL rounds its logits' gradient): errors of 2^-8 of the largest gradient, as the kernels'."""
     lm_head = kernel.lm_head
     monkeypatch.setattr(lm_head.stored, "CHUNKS", (32,))
@@ -171,7 +171,9 @@ def test_the_layout_keeps_the_rows_an_eighth_of_hbm_holds_at_the_least_modelled_
     """On the v5e at Qwen3 8B's head: 2,048 rows keep every row's p in chunks of 1024 (0.61 GiB measured), 8,192 rows
     keep 5,632 in chunks of 512 (1.72 GiB measured, the fastest of the four layouts timed: 217.0 ms against XLA's
     211.3), in steps of 8,192 and 2,048 columns (G at most 2^24 entries); a soft cap keeps none; where dx's
-    accumulator alone is past the share no layout fits. The compile-only v7x also copies the weight and x."""
+    accumulator alone is past the share no layout fits. The compile-only v7x also copies the weight and x. x split
+    between the kept rows' chunks and the others is copied by chunks; at a vocabulary off the lanes (Gemma 3's) a kept
+    chunk holds two chunks of p beside its logits (`P_CHUNKS_OFF_LANES`, what libtpu lays out: tests/tpu_compile)."""
     from tools.chip import predict
 
     stored, v5e = kernel.lm_head.stored, predict.v5e(kernel)
@@ -180,9 +182,15 @@ def test_the_layout_keeps_the_rows_an_eighth_of_hbm_holds_at_the_least_modelled_
     assert stored.step_columns(8, 200) == 256  # one step over a narrow vocabulary
     lay = stored.Layout(512, 5632, 2048)
     p, logits, backward = 5632 * vocab * 2, 512 * vocab * 4, 8192 * hidden * 4 + 4 * 8192 * 2048
-    assert stored.temporaries(8192, vocab, 2, lay, hidden) == p + max(logits, backward)
+    x_chunks = 8192 * hidden * 2  # x by chunks: split between the kept rows and the others
+    assert stored.temporaries(8192, vocab, 2, lay, hidden) == p + max(logits + x_chunks, backward)
+    assert stored.temporaries(8192, vocab, 2, lay._replace(kept=8192), hidden) == 8192 * vocab * 2 + logits
     copied = (vocab + 8192) * hidden * 2  # the weight and x
-    assert stored.temporaries(8192, vocab, 2, lay, hidden, "TPU7x") == p + copied + logits + backward
+    assert stored.temporaries(8192, vocab, 2, lay, hidden, "TPU7x") == p + copied + logits + x_chunks + backward
+    gemma, width = 262208, 262272  # off the lanes: p rounded to them, and two chunks of it beside the logits
+    assert stored.temporaries(8192, gemma, 2, stored.Layout(1024, 3072, 2048), 5376) == (
+        3072 * width * 2 + 1024 * gemma * 4 + 2 * 1024 * width * 2 + 8192 * 5376 * 2)
+    assert stored.temporaries(8192, gemma, 2, stored.Layout(1024, 0, 2048), 5376) == 1024 * gemma * 4  # x not split
     assert stored.layout(2048, vocab, 2, v5e, hidden) == stored.Layout(1024, 2048, 8192)
     assert stored.layout(8192, vocab, 2, v5e, hidden) == lay
     assert stored.temporaries(8192, vocab, 2, lay, hidden) <= share

@@ -216,3 +216,39 @@ def test_the_newest_uneven_benchmark_runs_at_least_1_2x_faster_than_xla():
     assert len(ours) == 2 * len(IMBALANCED) and set(ours) == set(xla), newest.name
     slow = {k: round(xla[k] / ours[k], 3) for k in ours if xla[k] < 1.2 * ours[k]}
     assert not slow, f"{newest.name}: under 1.2x XLA's speed: {slow}"
+
+
+TILE_RULE = "3733e2d"
+"""The commit of the tile rule's last change (tgmm's ties to 128-row tiles; 6ad4d47 after it changed a docstring)."""
+PREDATES = {"84d05f3": {("tgmm", "Qwen3-235B-A22B"), ("tgmm", "gpt-oss-120b")}}
+"""Per ranked sweep (by its commit), the (kernel, model) whose rule's choice then is not the rule's now: made before
+`TILE_RULE`, its tgmm choice was 256-row tiles where the rule now takes 128 (3733e2d measured both)."""
+
+
+@pytest.mark.kernels_ci
+def test_each_uneven_records_choice_is_what_the_rule_takes_now(kernel, emulation):
+    """The uneven records' tiles are the rule's at their commit: a ranked sweep lists the rule's choice first per
+    kernel and shape (`tools.chip.sweep._ranked`), held equal to `tiles.choose` now on the v5e but where `PREDATES`
+    names the record (which must still differ, else the entry goes); the uneven bench names no tiles, so the newest
+    (whose ratios `test_the_newest_uneven_benchmark_runs_at_least_1_2x_faster_than_xla` reads) must be the rule's
+    own: run at `TILE_RULE` or later (a bench of another commit is named here)."""
+    tiles, differ, checked = kernel.moe.tiles, {}, 0
+    with emulation.emulated_chip("v5e"):
+        on = kernel.roofline.chip()
+        for path in sorted(MEASURED.glob("v5e-*-sweep-ranked-uneven-*.json")):
+            data = json.loads(path.read_text())
+            first: dict = {}
+            for r in data["records"]:
+                first.setdefault((r["op"], r["case"]), r["impl"].split(" ")[0])
+            for s in IMBALANCED:
+                case = f"{s.model}: {s.rows} x {s.hidden} -> {s.out}, {s.experts} experts"
+                for name in KERNELS:
+                    t = tiles.choose(name, s.rows, s.hidden, s.out, s.experts, on, 2)
+                    now = "x".join(map(str, (t.tm, t.tn, t.tk) if name == "dlhs" else tuple(t)))
+                    if first[name, case] != now:
+                        differ.setdefault(data["commit"][:7], set()).add((name, s.model.split(",")[0]))
+                    checked += 1
+    assert checked == 6, checked
+    assert differ == PREDATES, differ
+    newest = max(MEASURED.glob("v5e-*-bench-moe_uneven-*.json"), key=lambda p: json.loads(p.read_text())["started"])
+    assert json.loads(newest.read_text())["commit"][:7] in (TILE_RULE, "6ad4d47"), newest.name

@@ -47,7 +47,8 @@ def explain(chip_name: str, x: Any, w: Any, targets: Any = None, weights: Any = 
             chunk: int | None | str = "auto", weight_grad: bool = True) -> Explanation:
     """`lm_head.loss.loss(x, w, targets, weights, ...)` on the chip; `weight_grad`: w (or b) is trained (False: a
     frozen head, or the loss called without `jax.grad`, which make dx alone)."""
-    del targets, weights, b, z_loss, smoothing  # the choice reads the shapes of x and w only
+    del targets, weights, z_loss, smoothing  # the choice reads the shapes of x and w, and whether there is a bias
+    bias = b is not None
     x, w = spec(x), spec(w)
     if getattr(x, "ndim", None) != 2 or getattr(w, "ndim", None) != 2 or x.shape[1] != w.shape[1]:
         raise ValueError(f"tokamax explain lm_head: x must be [rows, hidden] and w [vocab, hidden], got "
@@ -56,17 +57,18 @@ def explain(chip_name: str, x: Any, w: Any, targets: Any = None, weights: Any = 
     on = chip()
     shape = (rows, hidden, vocab, itemsize, on, weight_grad)
     if chunk == "auto":
-        chosen, source = fused.choose_scheme(*shape, soft_cap=transform.tanh), "the cost model (choose_scheme)"
+        chosen = fused.choose_scheme(*shape, soft_cap=transform.tanh, bias=bias)
+        source = "the cost model (choose_scheme)"
     elif chunk is None:
         chosen, source = fused.Scheme(None), "given (chunk=None)"
     elif isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0:
-        chosen, source = fused.accumulation(chunk, *shape, soft_cap=transform.tanh), f"given (chunk={chunk})"
+        chosen, source = fused.accumulation(chunk, *shape, soft_cap=transform.tanh, bias=bias), f"given (chunk={chunk})"
     else:
         raise ValueError(f"tokamax explain lm_head: chunk must be \"auto\", None or a number of rows, got {chunk!r}")
     kernels, kernel_seconds = _kernel_choices(rows, hidden, vocab, itemsize, on, transform.tanh, weight_grad,
                                               source if chosen.chunk is None else "not run")
     ways = [c for size in sorted({*fused.CHUNKS, *fused.KERNEL_CHUNKS}, reverse=True) if size <= rows
-            for c in fused._ways(size, rows, hidden, vocab, itemsize, on, weight_grad, transform.tanh)]
+            for c in fused._ways(size, rows, hidden, vocab, itemsize, on, weight_grad, transform.tanh, bias=bias)]
     budget = on.hbm // HBM_SHARE
     weighed = [Alternative("kernels", kernel_seconds, 0, True)] + [
         Alternative(label(c), c.seconds(on), c.temp_bytes, c.temp_bytes + fused.SMALL_BUFFERS <= budget)

@@ -203,6 +203,16 @@ def add(acc: Accumulator, g: jax.Array, x: jax.Array, kernel: bool, transposed: 
     return _added(acc, part, jnp.finfo(acc[0].dtype).nmant)
 
 
-def finish(acc: Accumulator, dtype: jnp.dtype) -> jax.Array:
-    """dW in `dtype`: the float32 sum rounded, or the pair's high half (that sum rounded as it went)."""
-    return acc[0] if isinstance(acc, tuple) else acc.astype(dtype)
+def finish(acc: Accumulator, dtype: jnp.dtype, scale: jax.Array | None = None) -> jax.Array:
+    """dW in `dtype`: the float32 sum rounded, or the pair's high half (that sum rounded as it went); with `scale`
+    (float32 [], a loss's cotangent) the sum times it, rounded once: the pair's high + low in float32 (a scale of 1
+    keeps high: low is itself rounded, so high + low can sit on a tie the float32 sum was not on)."""
+    if scale is None:
+        return acc[0] if isinstance(acc, tuple) else acc.astype(dtype)
+    if not isinstance(acc, tuple):
+        return (acc * scale).astype(dtype)
+    high, low = acc
+    held = high.astype(jnp.float32)
+    total = scaled_value(held, low, jnp.finfo(high.dtype).nmant) if low.dtype == SCALED else held + low.astype(
+        jnp.float32)
+    return jnp.where(scale == 1.0, high, (total * scale).astype(dtype))

@@ -19,7 +19,8 @@ Three ways, one result (`loss_and_grads`):
   accumulator (XLA's pair ran no faster on the v5e, 192.5 against 197.4 ms at Llama's head in chunks of 1024).
 - **streamed**: the chunked scheme's chunks in two Pallas kernels (`streamed`): the logits stored compact (bf16 less
   the running maximum), G made in VMEM, dW into the pair in place. On the v5e the fastest way within the share at
-  all three heads of the chip benchmark (`STREAMED`), so `choose_scheme` takes it wherever it fits (`streamed_cost`).
+  all three heads of the chip benchmark (`STREAMED`), so `choose_scheme` takes it wherever it fits (`streamed_cost`)
+  and the logits can be compact (no soft cap, no bias).
 - **kernels**: our Pallas kernels (`kernels`): the statistics, then dx and dW with the loss's per-row
   coefficients: five matmuls (the backward kernels recompute the logits), about 1 MiB of temporaries.
 
@@ -236,14 +237,14 @@ class Scheme(NamedTuple):
 
 
 def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool,
-          soft_cap: bool = False, streamed: bool = True) -> list[ChunkedCost]:
+          soft_cap: bool = False, streamed: bool = True, bias: bool = False) -> list[ChunkedCost]:
     """The chunked scheme's costs at `chunk` rows, one per way of adding dW offered there (`Scheme`'s kernel and
     pair): XLA's float32 accumulator at `CHUNKS`; on the chips whose compiler's layout of the accumulator kernel
     was measured (`LAID_OUT_ON_CHIP`) and where its VMEM holds the chunk, the kernel into a float32 accumulator or
     the pair (its low half in w's 16-bit dtype or in int8) at `KERNEL_CHUNKS`, and there `streamed`'s kernels with
-    compact logits into the pair at `STREAMED_CHUNKS` (16-bit operands, no soft cap, a vocabulary block that fits the
-    chip's VMEM beside the chunk; `streamed` False: not). XLA's pair is not offered (no faster on the v5e, and as
-    large)."""
+    compact logits into the pair at `STREAMED_CHUNKS` (16-bit operands, no soft cap and no `bias`:
+    `streamed.compacts`, a vocabulary block that fits the chip's VMEM beside the chunk; `streamed` False: not). XLA's
+    pair is not offered (no faster on the v5e, and as large)."""
     ways = [(False, False, False)] * (chunk in CHUNKS)
     if weight_grad and chip.kind in LAID_OUT_ON_CHIP and chunk in KERNEL_CHUNKS \
             and accumulate.fits(chunk, hidden, vocab, itemsize, chip.vmem, vocab % LANES != 0):
@@ -251,7 +252,7 @@ def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: C
     costs = [cost(rows, hidden, vocab, itemsize, chunk, weight_grad, pair=p, kind=chip.kind, kernel=k, scaled=q)
              for k, p, q in ways]
     if streamed and weight_grad and chip.kind in LAID_OUT_ON_CHIP and chunk in STREAMED_CHUNKS and itemsize == 2 \
-            and not soft_cap and hidden % LANES == 0:
+            and not soft_cap and not bias and hidden % LANES == 0:
         for scaled in (False, True):
             acc_bytes = streaming.accumulator_bytes(itemsize, True, scaled)
             block = streaming.block_for(chunk, hidden, vocab, itemsize, chip.vmem, acc_bytes, compact=True)
@@ -305,10 +306,10 @@ def _scheme(c: ChunkedCost) -> Scheme:
 
 
 def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True,
-                  soft_cap: bool = False, streamed: bool = True) -> Scheme:
-    """The chunked scheme's fastest way (`_ways`; `soft_cap`: the transform has one, so no compact logits; `streamed`
-    False: the streamed way not offered) at the chunk whose cost is least, among those that fit the share, where it
-    beats the kernels' roofline; else the kernels (`Scheme(None)`)."""
+                  soft_cap: bool = False, streamed: bool = True, bias: bool = False) -> Scheme:
+    """The chunked scheme's fastest way (`_ways`; `soft_cap`: the transform has one, `bias`: the head has one, so no
+    compact logits; `streamed` False: the streamed way not offered) at the chunk whose cost is least, among those
+    that fit the share, where it beats the kernels' roofline; else the kernels (`Scheme(None)`)."""
     plan = plans.choose(rows, hidden, vocab, itemsize, chip)
     costs = plan.costs(hidden, vocab, itemsize)
     kernels = sum(c.seconds(chip) for name, c in costs.items() if weight_grad or name != "backward_w")
@@ -316,7 +317,8 @@ def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
     # chunks no larger than the rows (the rows left past the whole chunks run as one more): a call of fewer rows
     # than the smallest chunk takes the kernels
     best = _fastest([c for chunk in chunks if chunk <= rows
-                     for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad, soft_cap, streamed)],
+                     for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad, soft_cap, streamed,
+                                    bias)],
                     chip)
     if best is None or best.seconds(chip) >= kernels:
         return Scheme(None)
@@ -324,11 +326,36 @@ def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
 
 
 def accumulation(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
-                 weight_grad: bool = True, soft_cap: bool = False, streamed: bool = True) -> Scheme:
+                 weight_grad: bool = True, soft_cap: bool = False, streamed: bool = True, bias: bool = False
+                 ) -> Scheme:
     """How the chunked scheme adds dW at a chunk asked for: the fastest way offered at it that fits the share, else
     XLA's float32 accumulator."""
-    best = _fastest(_ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad, soft_cap, streamed), chip)
+    best = _fastest(_ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad, soft_cap, streamed, bias), chip)
     return _scheme(best) if best is not None else Scheme(chunk)
+
+
+STREAMED_FALLBACK_CHUNKS = (512, 256, 128)
+"""Chunk rows `streamed_scheme` tries after `STREAMED_CHUNKS` where no vocabulary block fits those beside them (v7x's
+64 MiB at hidden 4096): powers of two, which the compact logits' maxima can be cut into (`streamed.compact_rows`)."""
+
+
+def streamed_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True,
+                    compact: bool = True) -> Scheme | None:
+    """The streamed way where it is asked for (`streamed=True`) and the chunk is not (`chunk="auto"`), on any chip: the
+    fastest way `choose_scheme` offers it that fits the share (the chips whose layout of it was measured), else the
+    first of `STREAMED_CHUNKS` and `STREAMED_FALLBACK_CHUNKS` whose vocabulary block fits the chip's VMEM, dW in the
+    16-bit pair as measured (`STREAMED`); None where no chunk's block fits. `compact`: the logits can be compact."""
+    chosen = _fastest([c for chunk in STREAMED_CHUNKS
+                       for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad, soft_cap=not compact)
+                       if c.streamed], chip)
+    if chosen is not None:
+        return _scheme(chosen)
+    pair = weight_grad and itemsize == 2
+    acc_bytes = streaming.accumulator_bytes(itemsize, pair, False, weight_grad)
+    for chunk in (*STREAMED_CHUNKS, *STREAMED_FALLBACK_CHUNKS):
+        if streaming.block_for(chunk, hidden, vocab, itemsize, chip.vmem, acc_bytes, compact):
+            return Scheme(chunk, pair=pair, streamed=True)
+    return None
 
 
 def choose(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True,
@@ -346,8 +373,10 @@ def _weighted(m: jax.Array, lse: jax.Array, zt: jax.Array, sum_z: jax.Array, voc
 
 def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
              z_loss: float, smoothing: float, chunk: int, weight_grad: bool, pair: bool, kernel: bool,
-             scaled: bool = False, streamed_block: int | None = None, compact: bool = False, has_bias: bool = True
-             ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+             scaled: bool = False, streamed_block: int | None = None, compact: bool = False, has_bias: bool = True,
+             exact: bool = False) -> tuple[jax.Array, jax.Array, accumulate.Accumulator | None, jax.Array | None]:
+    """(loss, dx, dW, db) by the chunked scheme; `exact`: dx float32 and dW's accumulator as it stands (float32 or the
+    pair), for a cotangent to scale before their one rounding (`Pending`)."""
     rows, vocab = x.shape[0], w.shape[0]
     if streamed_block and compact and rows % chunk and streaming.compact_rows(rows % chunk) >= chunk:
         # rows left that run as a whole chunk anyway run in the scan (their padding rows weigh 0): a step of their
@@ -355,7 +384,7 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
         pad = chunk - rows % chunk
         loss, dx, dw, db = _chunked(jnp.pad(x, ((0, pad), (0, 0))), w, b, jnp.pad(targets, (0, pad)),
                                     jnp.pad(m, (0, pad)), transform, z_loss, smoothing, chunk, weight_grad, pair,
-                                    kernel, scaled, streamed_block, compact, has_bias)
+                                    kernel, scaled, streamed_block, compact, has_bias, exact)
         return loss, dx[:rows], dw, db
     whole = rows // chunk * chunk
 
@@ -389,10 +418,11 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
         if weight_grad:
             dw, db = carry
             carry = (accumulate.add(dw, g_low, x_c, kernel, transposed), db + jnp.sum(g, axis=1 - v_axis))
-        return carry, (loss, dx_c.astype(x.dtype))
+        return carry, (loss, dx_c if exact else dx_c.astype(x.dtype))
 
     if streamed_block:  # each chunk in `streamed`'s kernels at that vocabulary block
-        step = _streamed_step(w, b, transform, z_loss, smoothing, weight_grad, streamed_block, compact, has_bias)
+        step = _streamed_step(w, b, transform, z_loss, smoothing, weight_grad, streamed_block, compact, has_bias,
+                              exact)
     # the int8 low half is a kernel's alone (`accumulate`'s or `streamed`'s)
     zeros = accumulate.start(w.shape, w.dtype, pair, scaled and (kernel or bool(streamed_block)))
     carry = (zeros, jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
@@ -423,18 +453,20 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
     if streamed_block and len(parts) == 2:
         losses, dxs = losses[::-1], dxs[::-1]
     loss = sum(losses[1:], losses[0]) if losses else jnp.zeros((), jnp.float32)  # no rows: nothing to add
-    dx = dxs[0] if len(dxs) == 1 else jnp.concatenate(dxs) if dxs else jnp.zeros(x.shape, x.dtype)
+    dx = dxs[0] if len(dxs) == 1 else jnp.concatenate(dxs) if dxs else jnp.zeros(
+        x.shape, jnp.float32 if exact else x.dtype)
     if not weight_grad:
         return loss, dx, None, None
     dw, db = carry
-    return loss, dx, accumulate.finish(dw, w.dtype), db
+    return loss, dx, dw if exact else accumulate.finish(dw, w.dtype), db
 
 
 def _streamed_step(w: jax.Array, b: jax.Array, transform: LogitTransform, z_loss: float, smoothing: float,
-                   weight_grad: bool, block: int, compact: bool = False, has_bias: bool = True):  # noqa: ANN202
+                   weight_grad: bool, block: int, compact: bool = False, has_bias: bool = True,
+                   exact: bool = False):  # noqa: ANN202
     """The chunked scheme's step in `streamed`'s two kernels at vocabulary blocks of `block` (what fits the whole
     chunk fits the rows left too), the logits stored `compact` or in float32: the same carry (dW's accumulator, db)
-    and outputs."""
+    and outputs (dx float32 with `exact`)."""
     vocab = w.shape[0]
 
     def step(carry, inputs):  # noqa: ANN001, ANN202
@@ -458,14 +490,16 @@ def _streamed_step(w: jax.Array, b: jax.Array, transform: LogitTransform, z_loss
             db_c = jnp.concatenate([db_c, db_tail])
         if weight_grad:
             carry = (acc, carry[1] + db_c)
-        return carry, (loss, dx_c.astype(x_c.dtype))
+        return carry, (loss, dx_c if exact else dx_c.astype(x_c.dtype))
 
     return step
 
 
 def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
              z_loss: float, smoothing: float, weight_grad: bool, plan: plans.Plan | None
-             ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+             ) -> tuple[jax.Array, Pending]:
+    """(loss, the backward kernels still to run): they take the cotangent in their per-row coefficients, so the
+    scaled dx and dW are rounded once, at the kernels' end, and no gradient is held from the forward."""
     vocab = w.shape[0]
     stats = row_stats(x, w, b, targets, transform, plan=plan)
     loss = jnp.sum(_weighted(m, stats.lse, stats.target_logit, stats.sum_logits, vocab, z_loss, smoothing))
@@ -473,9 +507,35 @@ def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
     d_lse = jnp.where(kept, m * (1.0 + 2.0 * z_loss * stats.lse), 0.0)
     d_target = jnp.where(kept, -m * (1.0 - smoothing), 0.0)
     d_sum = jnp.where(kept, -m * smoothing / vocab, 0.0)
-    dx, dw, db = row_stats_vjp(x, w, b, targets, stats.lse, stats.entropy, d_lse, d_target, jnp.zeros_like(d_lse),
-                               d_sum, transform, weight_grad=weight_grad, plan=plan)
-    return loss, dx, dw, db
+
+    def backward(x, w, b, targets, lse, entropy, d_lse, d_target, d_sum, scale):  # noqa: ANN001, ANN202
+        if scale is not None:
+            d_lse, d_target, d_sum = (v * scale for v in (d_lse, d_target, d_sum))
+        return row_stats_vjp(x, w, b, targets, lse, entropy, d_lse, d_target, jnp.zeros_like(d_lse), d_sum,
+                             transform, weight_grad=weight_grad, plan=plan)
+
+    return loss, Pending(backward, x, w, b, targets, stats.lse, stats.entropy, d_lse, d_target, d_sum)
+
+
+Pending = jax.tree_util.Partial
+"""The gradients a forward leaves, a pytree (a `jax.custom_vjp`'s residuals): `pending(scale)` gives (dx in x's
+dtype, dW in w's or None, db float32 or None) times the loss's cotangent `scale` (float32 []; None: 1), each rounded
+once: the chunked scheme's float32 dx and dW's accumulator scaled then rounded (`exact`), the kernels' backward run
+with the cotangent in its coefficients. Scaling gradients already rounded to bf16 rounded them twice."""
+
+
+def _scaled_once(g: jax.Array, scale: jax.Array | None, dtype: jnp.dtype) -> jax.Array:
+    """g (float32, or already in `dtype` where `scale` is None) times `scale`, rounded once to `dtype`."""
+    return (g if scale is None else g.astype(jnp.float32) * scale).astype(dtype)
+
+
+def _chunked_pending(dx: jax.Array, dw: accumulate.Accumulator | None, db: jax.Array | None, x_dtype: jnp.dtype,
+                     w_dtype: jnp.dtype) -> Pending:
+    """`Pending` for the chunked scheme's `exact` gradients: dx float32, dW's accumulator (float32 or the pair)."""
+    def finish(dx, dw, db, scale):  # noqa: ANN001, ANN202
+        return (_scaled_once(dx, scale, x_dtype), None if dw is None else accumulate.finish(dw, w_dtype, scale),
+                db if db is None or scale is None else db * scale)
+    return Pending(finish, dx, dw, db)
 
 
 def check_options(op: str, weights: jax.Array, rows: int, transform: LogitTransform, z_loss: float,
@@ -513,21 +573,67 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     bits of the sum to 1/256 of dW's last place per chunk). Each None: as `choose_scheme` says with `chunk="auto"`,
     as `accumulation` says at a chunk asked for. `streamed`: the chunked scheme's chunks in `streamed`'s two
     kernels (G made in VMEM, never in HBM), dW into the float32 accumulator or the pair (`accumulator_kernel` then
-    unread; refused where no vocabulary block fits the chunk in VMEM); None: where `choose_scheme` (or
-    `accumulation`) takes it (`STREAMED`), False: never (nor with `accumulator_kernel` given).
-    `compact`: the streamed way's stored logits in bf16 less the running maximum (`streamed`: half the bytes, p
-    within 2^-9 / e), where the transform has no soft cap and x is 16-bit (None: wherever it can; True elsewhere is
-    refused; a chunk of other rows is not compact, and the rows left past the whole chunks run padded to
-    `streamed.compact_rows`)."""
+    unread; refused where no vocabulary block fits the chunk in VMEM; with `chunk="auto"` on every chip, at the chunk
+    `streamed_scheme` picks); None: where `choose_scheme` (or `accumulation`) takes it (`STREAMED`), False: never
+    (nor with `accumulator_kernel` given). `compact`: the streamed way's stored logits in bf16 less the running
+    maximum (`streamed`: half the bytes, p within 2^-8 / e, `streamed.P_ERROR`), where the transform has no soft cap,
+    the head no bias (db stays float32's) and x is 16-bit (None: wherever it can; True elsewhere is refused; a chunk
+    of other rows is not compact, and the rows left past the whole chunks run padded to `streamed.compact_rows`)."""
+    loss, pending = _loss_and_pending(x, w, b, targets, weights, transform, z_loss, smoothing, weight_grad, chunk,
+                                      plan, pair_accumulator, accumulator_kernel, scaled_low, streamed, compact,
+                                      exact=False)
+    return _unbiased(b, (loss, *pending(None)))
+
+
+@hosts.emulated("lm_head.fused.loss_and_grads")
+def loss_and_pending(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,
+                     transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0,
+                     weight_grad: bool = True, chunk: int | None | str = "auto", plan: plans.Plan | None = None,
+                     pair_accumulator: bool | None = None, accumulator_kernel: bool | None = None,
+                     scaled_low: bool | None = None, streamed: bool | None = None, compact: bool | None = None
+                     ) -> tuple[jax.Array, Pending]:
+    """`loss_and_grads`' loss and its gradients still to be scaled by the loss's cotangent and rounded once
+    (`Pending`; its db is None where b is): for a `jax.custom_vjp` (`loss`). The chunked scheme's dx stays float32
+    and dW's accumulator unrounded until then (dx's float32 bytes held where the rounded dx was)."""
+    loss, pending = _loss_and_pending(x, w, b, targets, weights, transform, z_loss, smoothing, weight_grad, chunk,
+                                      plan, pair_accumulator, accumulator_kernel, scaled_low, streamed, compact,
+                                      exact=True)
+
+    has_bias = b is not None  # the closure holds no array: `Pending`'s function is its pytree's static part
+
+    def unbiased(pending, scale):  # noqa: ANN001, ANN202
+        dx, dw, db = pending(scale)
+        return dx, dw, db if has_bias else None
+
+    return loss, Pending(unbiased, pending)
+
+
+def _loss_and_pending(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,
+                      transform: LogitTransform, z_loss: float, smoothing: float, weight_grad: bool,
+                      chunk: int | None | str, plan: plans.Plan | None, pair_accumulator: bool | None,
+                      accumulator_kernel: bool | None, scaled_low: bool | None, streamed: bool | None,
+                      compact: bool | None, *, exact: bool) -> tuple[jax.Array, Pending]:
+    """`loss_and_grads`' work: the loss and the `Pending` gradients (`exact`: the chunked scheme's unrounded)."""
     _check(x, w, b, targets)
     check_options("lm_head loss_and_grads", weights, x.shape[0], transform, z_loss, smoothing, chunk)
-    shape = (x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip(), weight_grad)
+    itemsize = jnp.dtype(x.dtype).itemsize
+    shape = (x.shape[0], x.shape[1], w.shape[0], itemsize, chip(), weight_grad)
     # streamed=False (or the accumulator kernel asked for) chooses among the other ways
     offer = streamed is not False and accumulator_kernel is None
-    if chunk == "auto":
-        chosen = choose_scheme(*shape, soft_cap=transform.tanh, streamed=offer)
+    has_bias = b is not None
+    if chunk == "auto" and streamed:  # the streamed way asked for: the rule picks its chunk, on every chip
+        chosen = streamed_scheme(*shape, compact=streaming.compacts(transform, itemsize, has_bias)
+                                  and compact is not False)
+        if chosen is None:
+            _refuse_off_lanes(x.shape[1])
+            raise ValueError(f"tokamax lm_head loss_and_grads: streamed finds no chunk of "
+                             f"{(*STREAMED_CHUNKS, *STREAMED_FALLBACK_CHUNKS)} rows whose vocabulary block fits at "
+                             f"hidden {x.shape[1]} in the chip's VMEM ({chip().vmem >> 20} MiB): take streamed=None "
+                             f"or False")
+    elif chunk == "auto":
+        chosen = choose_scheme(*shape, soft_cap=transform.tanh, streamed=offer, bias=has_bias)
     elif chunk is not None:
-        chosen = accumulation(chunk, *shape, soft_cap=transform.tanh, streamed=offer)
+        chosen = accumulation(chunk, *shape, soft_cap=transform.tanh, streamed=offer, bias=has_bias)
     if chunk is not None:
         chunk = chosen.chunk
         streamed = chosen.streamed if streamed is None else streamed
@@ -538,36 +644,44 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     t = jnp.where(m > 0, targets, 0).astype(jnp.int32)
     target_checks.refuse("lm_head", t, w.shape[0])
     if chunk is None:
-        return _unbiased(b, _kernels(x, w, b, t, m, transform, z_loss, smoothing, weight_grad, plan))
+        return _kernels(x, w, b, t, m, transform, z_loss, smoothing, weight_grad, plan)
     bias = jnp.zeros((w.shape[0],), jnp.float32) if b is None else b.astype(jnp.float32)
     if streamed:
-        itemsize = jnp.dtype(x.dtype).itemsize
         scaled = bool(scaled_low) and itemsize == 2
         acc_bytes = streaming.accumulator_bytes(itemsize, bool(pair_accumulator), scaled, weight_grad)
-        can = streaming.compacts(transform, itemsize) and streaming.compact_rows(chunk) == chunk
+        can = streaming.compacts(transform, itemsize, has_bias) and streaming.compact_rows(chunk) == chunk
         if compact and not can:
             raise ValueError(f"tokamax lm_head loss_and_grads: compact needs 16-bit x and w, no soft cap (its "
-                             f"dz/dl is taken as a constant) and a chunk that is a power of two from 128 or a "
-                             f"multiple of 1024; got {jnp.dtype(x.dtype).name}, "
-                             f"{'a soft cap' if transform.tanh else 'no soft cap'}, chunk {chunk}: take compact=None "
-                             f"or False")
+                             f"dz/dl is taken as a constant), no bias (db is float32) and a chunk that is a power of "
+                             f"two from 128 or a multiple of 1024; got {jnp.dtype(x.dtype).name}, "
+                             f"{'a soft cap' if transform.tanh else 'no soft cap'}, {'a' if has_bias else 'no'} bias, "
+                             f"chunk {chunk}: take compact=None or False")
         compact = can if compact is None else compact
         block = streaming.block_for(chunk, x.shape[1], w.shape[0], itemsize, chip().vmem, acc_bytes, compact)
-        if x.shape[1] % LANES:
-            raise ValueError(f"tokamax lm_head loss_and_grads: streamed needs a hidden size that is a multiple of "
-                             f"{LANES} (the TPU lays a [n, hidden] array off the lanes column-major); got hidden "
-                             f"{x.shape[1]}: take streamed=False")
+        _refuse_off_lanes(x.shape[1])
         if block is None:
             raise ValueError(f"tokamax lm_head loss_and_grads: streamed finds no vocabulary block of "
                              f"{streaming.BLOCKS} that fits beside a chunk of {chunk} rows at hidden {x.shape[1]} "
                              f"in the chip's VMEM ({chip().vmem >> 20} MiB): take a smaller chunk or streamed=False")
-        return _unbiased(b, _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad,
-                                     bool(pair_accumulator), False, scaled, streamed_block=block, compact=compact,
-                                     has_bias=b is not None))
+        return _pending(x, w, b, _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad,
+                                          bool(pair_accumulator), False, scaled, streamed_block=block,
+                                          compact=compact, has_bias=b is not None, exact=exact))
     kernel = bool(accumulator_kernel) and weight_grad and accumulate.fits(
         chunk, x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip().vmem, w.shape[0] % LANES != 0)
-    return _unbiased(b, _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad,
-                                 bool(pair_accumulator), kernel, bool(scaled_low)))
+    return _pending(x, w, b, _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad,
+                                      bool(pair_accumulator), kernel, bool(scaled_low), exact=exact))
+
+
+def _pending(x: jax.Array, w: jax.Array, b: jax.Array | None, out: tuple) -> tuple[jax.Array, Pending]:
+    loss, dx, dw, db = out
+    return loss, _chunked_pending(dx, dw, None if b is None else db, x.dtype, w.dtype)
+
+
+def _refuse_off_lanes(hidden: int) -> None:
+    if hidden % LANES:
+        raise ValueError(f"tokamax lm_head loss_and_grads: streamed needs a hidden size that is a multiple of "
+                         f"{LANES} (the TPU lays a [n, hidden] array off the lanes column-major); got hidden "
+                         f"{hidden}: take streamed=False")
 
 
 def _unbiased(b: jax.Array | None, out: tuple) -> tuple:

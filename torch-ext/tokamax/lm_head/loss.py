@@ -1,8 +1,10 @@
 """The labels path as a differentiable JAX loss: `fused.loss_and_grads` (the gradients made in the forward) behind
 `jax.custom_vjp`, so that a JAX step's `jax.grad` takes it as the last op, as the Torch op does for transformers.
 
-The backward only scales the forward's dx, dW and db by the loss's cotangent. dW and db are made only where the
-weight or the bias is differentiated (a frozen head, LoRA's, makes dx alone: two matmuls, not three).
+The backward only scales the forward's dx, dW and db by the loss's cotangent, in float32 before their one rounding to
+the operands' dtype (`fused.Pending`: scaling gradients already rounded to bf16 rounded them twice where the cotangent
+is not a power of two). dW and db are made only where the weight or the bias is differentiated (a frozen head,
+LoRA's, makes dx alone: two matmuls, not three).
 """
 
 from __future__ import annotations
@@ -35,28 +37,24 @@ def _loss_fwd(*primals: Any) -> tuple[jax.Array, tuple]:
     x, w, b, targets, weights = (_primal(p) for p in primals[:5])
     transform, z_loss, smoothing, chunk = primals[5:]
     weight_grad = any(getattr(p, "perturbed", True) for p in primals[1:3] if p is not None)
-    loss, dx, dw, db = fused.loss_and_grads(x, w, b, targets, weights, transform, z_loss=z_loss, smoothing=smoothing,
-                                            weight_grad=weight_grad, chunk=chunk)
-    dw = jnp.zeros_like(w) if dw is None else dw
-    db = None if b is None else jnp.zeros_like(b) if db is None else db.astype(b.dtype)
-    return loss, (dx, dw, db, targets, weights)
-
-
-def _scaled(g: jax.Array, scale: jax.Array) -> jax.Array:
-    return (g.astype(jnp.float32) * scale).astype(g.dtype)
+    loss, pending = fused.loss_and_pending(x, w, b, targets, weights, transform, z_loss=z_loss, smoothing=smoothing,
+                                           weight_grad=weight_grad, chunk=chunk)
+    return loss, (pending, x, w, b, targets, weights)
 
 
 def _loss_bwd(transform: LogitTransform, z_loss: float, smoothing: float, chunk: int | None | str,
               residuals: tuple, d_loss: Any) -> tuple:
-    dx, dw, db, targets, weights = residuals
+    pending, x, w, b, targets, weights = residuals
     # targets are integers (their cotangent float0); the weights are the loss's constants (no gradient)
     no_targets = jnp.zeros(targets.shape, jax.dtypes.float0)
     if isinstance(d_loss, SymbolicZero):
-        return (jnp.zeros_like(dx), jnp.zeros_like(dw), None if db is None else jnp.zeros_like(db), no_targets,
+        return (jnp.zeros_like(x), jnp.zeros_like(w), None if b is None else jnp.zeros_like(b), no_targets,
                 jnp.zeros_like(weights))
-    scale = d_loss.astype(jnp.float32)
-    return (_scaled(dx, scale), _scaled(dw, scale), None if db is None else _scaled(db, scale), no_targets,
-            jnp.zeros_like(weights))
+    # the forward's float32 gradients times the cotangent, rounded once (`fused.Pending`)
+    dx, dw, db = pending(d_loss.astype(jnp.float32))
+    dw = jnp.zeros_like(w) if dw is None else dw
+    db = None if b is None else jnp.zeros_like(b) if db is None else db.astype(b.dtype)
+    return dx, dw, db, no_targets, jnp.zeros_like(weights)
 
 
 _loss.defvjp(_loss_fwd, _loss_bwd, symbolic_zeros=True)

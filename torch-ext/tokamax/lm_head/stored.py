@@ -18,9 +18,9 @@ dtype, is the residual of a row, or its lse (one float) where the backward compu
   float32), G = dz/dl (p (a + b log p) + c [j = target] + d) in float32 is rounded once to x's dtype (as TRL rounds
   its logits' gradient to the compute dtype), then dw's rows for those columns = G.T @ x (whole: every row is in
   the step), db's = sum_r G in float32, and dx += G @ w[columns] into a float32 [rows, hidden] accumulator. No
-  [rows, vocab] array but p; in bf16 p is rounded once (2^-9 relative): log p to 2^-9 absolute, so G's error is
-  p's. An entry of p below bf16's smallest number (z more than ~87 under the row's log-sum-exp) is 0, and so is
-  its term p log p.
+  [rows, vocab] array but p; in bf16 p is rounded once (2^-8 relative: 8 significant bits): log p to about 2^-8
+  absolute, so G's error is p's. An entry of p below bf16's smallest number (z more than ~87 under the row's
+  log-sum-exp) is 0, and so is its term p log p.
 
 A soft cap makes dz/dl differ per logit (1 - tanh^2), which p does not give back to bf16's precision near the cap:
 there no row's p is kept (`layout`), and every row's logits are computed again, dz/dl with them. `layout` takes the
@@ -66,6 +66,14 @@ LOGITS_HELD = 1
 """[chunk, vocab] float32 arrays a forward chunk holds: its logits (XLA fuses what is made from them into the
 reductions and p's write; distillation's stored scheme, two models' logits, was laid out so on the v5e to the
 byte)."""
+P_CHUNKS_OFF_LANES = 2
+"""[chunk, vocab rounded to the lanes] arrays of p in x's dtype a kept chunk holds beside its logits where the
+vocabulary is off the lanes: the TPU lays p out column-major there, then pads it to the lanes (one array) and lays
+that out row-major for p's stack (another). On the lanes p goes into its stack in place (Qwen3 8B's head at 8,192
+rows on the v6e: counted to 0.3 MiB). The v6e's compiler (libtpu, compile-only) at Gemma 3 27B's head, 8,192 rows
+kept 6,144 in chunks of 1,024: 5,186 MiB, p 3,072, the logits 1,024, two p chunks 512 each, x by chunks 84; the v5e's
+at chunks of 512 and the v7x's alike. A bound, not always the layout: at 3,072 kept the v6e put the padded chunk where
+the dead logits were (3,273 MiB against 3,670 counted)."""
 STEP_ARRAYS = 4
 """Bytes per [rows, columns] entry a backward step holds beside dx's accumulator: the v5e's compiler (the chip's libtpu
 0.0.42.1, compile-only) held 128 MiB at Gemma 3 4B's 8,192 rows and 4,096 columns, G made once per step."""
@@ -101,16 +109,34 @@ def step_columns(rows: int, vocab: int) -> int:
 
 def temporaries(rows: int, vocab: int, itemsize: int, layout: Layout, hidden: int, kind: str = "") -> int:
     """Bytes the scheme holds beyond its operands and outputs: the kept rows' p in x's dtype throughout; beside it
-    the larger of the forward's (`LOGITS_HELD` chunks' float32 logits) and the backward's (dx's float32 accumulator
-    and one step's `STEP_ARRAYS` bytes per [rows, columns] entry). On `WEIGHT_COPIED` chips a copy of the weight and
-    of x too, and the forward's and backward's arrays beside each other."""
+    the larger of the forward's and the backward's (dx's float32 accumulator and one step's `STEP_ARRAYS` bytes per
+    [rows, columns] entry). The forward's: `LOGITS_HELD` chunks' float32 logits, `P_CHUNKS_OFF_LANES` chunks of p
+    where rows are kept at a vocabulary off the lanes, and x by chunks where it is padded or split between the kept
+    and the other rows (a copy). On `WEIGHT_COPIED` chips a copy of the weight and of x too, and the forward's and
+    backward's arrays beside each other."""
     chunk = chunk_for(rows, layout.chunk)
+    padded, width = round_up(rows, chunk), round_up(vocab, LANES)
     forward = LOGITS_HELD * chunk * vocab * 4
+    if layout.kept and vocab % LANES:
+        forward += P_CHUNKS_OFF_LANES * chunk * width * itemsize
+    if padded != rows or 0 < layout.kept < padded:
+        forward += padded * hidden * itemsize
     backward = rows * hidden * 4 + STEP_ARRAYS * rows * columns_for(vocab, layout.columns)
-    p = layout.kept * round_up(vocab, LANES) * itemsize
+    p = layout.kept * width * itemsize
     if kind in WEIGHT_COPIED:
         return p + (vocab + rows) * hidden * itemsize + forward + backward
     return p + max(forward, backward)
+
+
+def _most_kept(rows: int, vocab: int, itemsize: int, hidden: int, budget: int, base: Layout, kind: str) -> int:
+    """The most rows (a multiple of the chunk) whose p fits `budget` with what keeping any row adds (`temporaries`
+    is linear in the kept rows between none and all; at all, x is not split)."""
+    padded = round_up(rows, base.chunk)
+    if temporaries(rows, vocab, itemsize, base._replace(kept=padded), hidden, kind) <= budget:
+        return padded
+    per_chunk = base.chunk * round_up(vocab, LANES) * itemsize
+    fixed = temporaries(rows, vocab, itemsize, base._replace(kept=base.chunk), hidden, kind) - per_chunk
+    return max(0, min(padded - base.chunk, (budget - fixed) // per_chunk * base.chunk))
 
 
 def layouts(rows: int, vocab: int, itemsize: int, hidden: int, budget: int, soft_cap: bool = False, kind: str = ""
@@ -122,10 +148,8 @@ def layouts(rows: int, vocab: int, itemsize: int, hidden: int, budget: int, soft
     for size in CHUNKS:
         chunk = chunk_for(rows, size)
         base = Layout(chunk, 0, columns)
-        room = budget - temporaries(rows, vocab, itemsize, base, hidden, kind)
-        if room >= 0:
-            kept = 0 if soft_cap else min(round_up(rows, chunk), room // (round_up(vocab, LANES) * itemsize) // chunk
-                                          * chunk)
+        if temporaries(rows, vocab, itemsize, base, hidden, kind) <= budget:
+            kept = 0 if soft_cap else _most_kept(rows, vocab, itemsize, hidden, budget, base, kind)
             out.append(base._replace(kept=kept))
     return list(dict.fromkeys(out))
 

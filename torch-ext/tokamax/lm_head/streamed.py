@@ -21,13 +21,15 @@ the last block alone, no bias or db without a bias, no sums without smoothing). 
 logits in chunks of 1024, the fastest way within the share at the chip benchmark's three heads, at XLA's speed
 (`fused.STREAMED`): `fused.choose_scheme` takes it wherever it fits.
 
-Compact logits (`compact`, where the transform has no soft cap and x is 16-bit): `logits` stores each block as
-z - m_j in bf16 (m_j the row's running maximum of z up to that block, kept per block), so a chunk's stored logits
-take half float32's bytes, and `gradients` makes p = e^(z - lse) as e^(s + m_j - lse). Entries near the row's
-maximum are held near 0, where bf16's absolute rounding is least: an entry's stored s <= 0 is off by at most
-|s| 2^-9, so p by at most p |s| 2^-9 <= e^s |s| 2^-9 <= 2^-9 / e (p <= e^s, as m_j <= lse), about bf16's
-rounding of G itself where p is largest. x is copied into VMEM once and dx leaves it by one copy at the end (one
-buffer each, not the pipeline's two): a chunk of 2,048 rows at hidden 2,560 then fits beside the blocks.
+Compact logits (`compact`, where the transform has no soft cap, the head no bias and x is 16-bit): `logits` stores
+each block as z - m_j in bf16 (m_j the row's running maximum of z up to that block, kept per block), so a chunk's
+stored logits take half float32's bytes, and `gradients` makes p = e^(z - lse) as e^(s + m_j - lse). Entries near
+the row's maximum are held near 0, where bf16's absolute rounding is least: bf16 keeps 8 significant bits, so an
+entry's stored s <= 0 is off by at most |s| 2^-8, and p by at most p |s| 2^-8 <= e^s |s| 2^-8 <= 2^-8 / e
+(`P_ERROR`; p <= e^s, as m_j <= lse), of the order of bf16's rounding of G itself (2^-8 of G). Not with a bias: db,
+G's float32 column sums, would carry that error (`compacts`). x is copied into VMEM once and dx leaves it by one copy
+at the end (one buffer each, not the pipeline's two): a chunk of 2,048 rows at hidden 2,560 then fits beside the
+blocks.
 
 Shapes: x [chunk, hidden] (hidden a multiple of 128), w [vocab, hidden], b float32 [1, vocab], per-row vectors
 [chunk]. The vocabulary need not be a multiple of the block. `logits`' last block runs past w's rows: its statistics
@@ -38,6 +40,8 @@ by XLA from the same logits.
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +59,9 @@ VMEM_SHARE = 0.8
 """Of the scoped limit the kernels are compiled with: Mosaic's own temporaries beside what `vmem_bytes` counts."""
 COMPACT = jnp.bfloat16
 """The stored logits' dtype with `compact` (z less the running maximum)."""
+P_ERROR = 2.0 ** -(jnp.finfo(COMPACT).nmant + 1) / math.e
+"""The most a compact entry's p is off by (absolute): `COMPACT` keeps nmant + 1 significant bits, so rounding to the
+nearest moves s = z - m_j by at most |s| 2^-(nmant + 1) (bf16: 2^-8), p by p |s| 2^-8 <= e^s |s| 2^-8 <= 2^-8 / e."""
 
 
 def accumulator_bytes(itemsize: int, pair: bool, scaled: bool, weight_grad: bool = True) -> int:
@@ -97,10 +104,12 @@ def block_for(chunk: int, hidden: int, vocab: int, itemsize: int, vmem_capacity:
     return None
 
 
-def compacts(transform: LogitTransform, itemsize: int) -> bool:
+def compacts(transform: LogitTransform, itemsize: int, bias: bool = False) -> bool:
     """Whether the stored logits can be compact (bf16, relative to the running maximum): a transform with no soft
-    cap (dz/dl is then a constant, not a function of the raw logit) and 16-bit operands."""
-    return not transform.tanh and itemsize == 2
+    cap (dz/dl is then a constant, not a function of the raw logit), 16-bit operands and no bias (db is float32, G's
+    column sums before any rounding: compact logits would put their 2^-8 of p into it, `P_ERROR`, where dx and dW
+    round G to bf16 anyway)."""
+    return not transform.tanh and itemsize == 2 and not bias
 
 
 def compact_rows(rows: int) -> int:
