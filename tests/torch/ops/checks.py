@@ -152,6 +152,24 @@ def tpu_lowering(ops: ModuleType, jax_fn: Callable[..., Any], *args: Any, chip: 
             lowering_platforms=("tpu",)).as_text()
 
 
+def tpu_export(ops: ModuleType, jax_fn: Callable[..., Any], *args: Any, chip: str = "v6e") -> str:
+    """StableHLO text of the op's JAX function exported for TPU as torch-tpu's `jax_op` exports it
+    (`jax.export`, platforms ["tpu"], custom calls unchecked), under `tpu_lowering`'s emulation."""
+    package = ops.__name__.rsplit(".", 1)[0]
+    emulation = importlib.import_module(f"{package}.emulation")
+    config = importlib.import_module(f"{package}.ops").config
+    statics = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor) and a is not None]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(config.cross_compile(True))
+        stack.enter_context(emulation.emulated_chip(chip))
+        stack.enter_context(jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)))
+        exported = jax.export.export(jax.jit(functools.partial(_call_with_statics, jax_fn, statics, args)),
+                                     platforms=["tpu"],
+                                     disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("ALL")])(
+            *[s for i, s in enumerate(_specs(args)) if i not in statics])
+        return exported.mlir_module()
+
+
 def public_op_classes(ops: ModuleType, jax_fn: Callable[..., Any], *args: Any, chip: str = "v6e") -> set[str]:
     """The upstream Op classes the profiling payloads of the op's TPU lowering name: proof that the
     Torch op runs upstream's public Op (its config choice), not a raw kernel. Asserts a Mosaic kernel

@@ -188,7 +188,8 @@ def test_fakes_match_jax_shapes(ops, tokamax):
     calls = (((None, None), None, (True, -1, -1, 0, -1.0)), ((None, None), None, (True, 64, 0, 3, -1.0)),
              ((q_ids, kv_ids), sinks, (True, -1, -1, 0, 5.0)))
     for ids, snk, statics in calls:
-        checks.fake_matches_jax(ops, ops.splash_op, f._splash_jax, q, k, k, *ids, snk, *statics)
+        for residuals in (True, False):
+            checks.fake_matches_jax(ops, ops.splash_op, f._splash_jax, q, k, k, *ids, snk, *statics, residuals)
         checks.fake_matches_jax(ops, ops.splash_bwd_op, f._splash_bwd_jax, q, k, k, *ids, snk, q, rows, rows, q,
                                 *statics)
         at_statics = (*statics[:3], statics[4])
@@ -216,5 +217,5 @@ def test_lowers_to_one_kernel_for_the_batch(ops):
     f = checks.family(ops, "splash_attention").custom_ops
     q, rows = torch.zeros(4, 2, 1000, 128, dtype=torch.bfloat16), torch.zeros(4, 2, 1000)
     statics = (True, 127, 0, 0, -1.0)
-    assert checks.mosaic_kernels(ops, f._splash_jax, q, q, q, None, None, None, *statics) == 1
+    assert checks.mosaic_kernels(ops, f._splash_jax, q, q, q, None, None, None, *statics, True) == 1
     assert checks.mosaic_kernels(ops, f._splash_bwd_jax, q, q, q, None, None, None, q, rows, rows, q, *statics) == 1

@@ -62,7 +62,9 @@ def _prefill(model: Model, batch: int, tokens: int, window: int = -1, sinks: boo
         head = [q, kv, kv, ids, ids, ((model.heads,), F32) if sinks else None]
         return head + [q, ((batch, model.heads, n), F32), ((batch, model.heads, n), F32), q] if backward else head
     statics = (True, window - 1 if window > 0 else -1, 0 if window > 0 else -1, 0, 0.0)
-    return _call("splash_attention", "splash_bwd_op" if backward else "splash_op", shapes, statics)
+    # the forward as prefill runs it (no gradient: `residuals` False); the backward takes no such flag
+    return _call("splash_attention", "splash_bwd_op" if backward else "splash_op", shapes,
+                 statics if backward else (*statics, False))
 
 
 def _decode(model: Model, batch: int, new: int, cache: int, window: int = -1, sinks: bool = False

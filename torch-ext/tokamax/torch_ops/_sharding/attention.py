@@ -65,7 +65,8 @@ def _inputs(layout: str, k: object, q_ids: object, kv_ids: object, sinks: object
 
 
 def _outputs(layout: str) -> tuple:
-    """Placements of out and of the per-row statistics (max logits, logsumexp)."""
+    """Placements of out and of the per-row statistics (max logits, logsumexp; [batch, heads, 0] empties
+    without residuals, which split over dims 0 and 1 as well)."""
     split = {"replicated": Replicate(), "batch": Shard(0), "heads": Shard(1)}[layout]
     return split, split
 

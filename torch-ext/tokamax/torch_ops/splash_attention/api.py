@@ -1,6 +1,7 @@
 """`splash_attention`, what users call: argument checks (each failure names the argument), the
 unbatched forms lifted to a batch of one, segment ids in either form, and the choice between the
-op with a mask offset fixed when tracing (differentiable) and the one with a run-time offset."""
+op with a mask offset fixed when tracing (differentiable; its residuals computed only where a gradient
+can be asked for) and the one with a run-time offset."""
 
 from __future__ import annotations
 
@@ -123,11 +124,13 @@ def splash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
         q, k, v = q[None], k[None], v[None]
         q_ids, kv_ids = (None if ids is None else ids[None] for ids in (q_ids, kv_ids))
     tensors = [t if t is None else t.contiguous() for t in (q, k, v, q_ids, kv_ids)]
+    wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, sinks) if t is not None)
     if isinstance(offset, torch.Tensor):
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, sinks) if t is not None):
+        if wants_grad:
             raise NotImplementedError(f"tokamax {OP}: a run-time q_offset (a tensor) is forward only; pass an int "
                                       "to differentiate, or run under torch.no_grad()")
         out = splash_at_op(*tensors, offset, sinks, causal, left, right, cap)
     else:
-        out, _, _ = splash_op(*tensors, sinks, causal, left, right, offset, cap)
+        # the backward's residuals only where a gradient can be asked for (inference, prefill, no_grad: none)
+        out, _, _ = splash_op(*tensors, sinks, causal, left, right, offset, cap, wants_grad)
     return out if batched else out[0]

@@ -2,12 +2,15 @@
 
 - `splash_op` -> (out, max_logits, logsumexp): `tokamax.splash.attend`, the mask offset fixed when
   tracing; its autograd runs `splash_bwd_op` (upstream's VJP Op on the saved residuals, as upstream's
-  custom VJP and Torch op do: no second forward kernel in the backward pass).
+  custom VJP and Torch op do: no second forward kernel in the backward pass). With the static
+  `residuals` False (no gradient can be asked for) max_logits and logsumexp are float32 empties
+  [batch, heads, 0]: the export then holds none of their computation from the kernel's lane-broadcast
+  statistics (as JAX's own path, whose unused outputs XLA drops; torch-tpu's export returns them all).
 - `splash_at_op` -> out: `tokamax.splash.attend_at`, the offset an int32 tensor read at run time, so
   one export serves every fill level of a KV cache; forward only.
 
 The mask travels as static arguments (causal, window sides, -1 for none; the offset of
-`splash_op`), everything per call as tensors. Fake kernels take symbolic sizes.
+`splash_op`, and its `residuals`), everything per call as tensors. Fake kernels take symbolic sizes.
 """
 
 from __future__ import annotations
@@ -38,10 +41,14 @@ def _cap(soft_cap: float) -> float | None:
 @chip_for_tracing()
 def _splash_jax(q: jax.Array, k: jax.Array, v: jax.Array, q_ids: jax.Array | None, kv_ids: jax.Array | None,
                 sinks: jax.Array | None, causal: bool, window_left: int, window_right: int, q_offset: int,
-                soft_cap: float) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(out, max_logits, logsumexp)."""
-    return splash.attend(q, k, v, q_ids, kv_ids, sinks, spec=spec(causal, window_left, window_right),
-                         offset=q_offset, soft_cap=_cap(soft_cap))
+                soft_cap: float, residuals: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(out, max_logits, logsumexp); without `residuals` the two statistics are empties [batch, heads, 0]."""
+    out, max_logits, lse = splash.attend(q, k, v, q_ids, kv_ids, sinks, spec=spec(causal, window_left, window_right),
+                                         offset=q_offset, soft_cap=_cap(soft_cap))
+    if residuals:
+        return out, max_logits, lse
+    empty = jax.numpy.zeros((*q.shape[:2], 0), jax.numpy.float32)
+    return out, empty, empty
 
 
 @chip_for_tracing()
@@ -79,8 +86,9 @@ def _out(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 @splash_op.register_fake
 def _splash_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_ids: torch.Tensor | None,
                  kv_ids: torch.Tensor | None, sinks: torch.Tensor | None, causal: bool, window_left: int,
-                 window_right: int, q_offset: int, soft_cap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    rows = q.shape[:-1]
+                 window_right: int, q_offset: int, soft_cap: float, residuals: bool
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    rows = q.shape[:-1] if residuals else (*q.shape[:2], 0)
     return _out(q, v), q.new_empty(rows, dtype=torch.float32), q.new_empty(rows, dtype=torch.float32)
 
 
@@ -103,20 +111,23 @@ def _splash_at_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_ids: to
 
 # ---- Autograd: upstream's VJP on the saved residuals -------------------------------------------
 def _splash_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
-    q, k, v, q_ids, kv_ids, sinks, *statics = inputs
+    q, k, v, q_ids, kv_ids, sinks, *statics, residuals = inputs
     out, max_logits, lse = output
     ctx.save_for_backward(q, k, v, q_ids, kv_ids, sinks, out, max_logits, lse)
-    ctx.statics = statics
+    ctx.statics, ctx.residuals = statics, residuals
     ctx.mark_non_differentiable(max_logits, lse)
 
 
 def _splash_backward(ctx: Any, grad: torch.Tensor, d_max_logits: torch.Tensor | None,
                      d_lse: torch.Tensor | None) -> tuple:
+    if not ctx.residuals:
+        raise RuntimeError("tokamax splash_attention: a gradient through a call made with residuals=False; "
+                           "call splash_op with residuals=True where a gradient may be asked for")
     q, k, v, q_ids, kv_ids, sinks, out, max_logits, lse = ctx.saved_tensors
     dq, dk, dv, dsinks = splash_bwd_op(q, k, v, q_ids, kv_ids, sinks, out, max_logits, lse, grad.contiguous(),
                                        *ctx.statics)
     return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None,
-            None if sinks is None else dsinks.to(sinks.dtype), None, None, None, None, None)
+            None if sinks is None else dsinks.to(sinks.dtype), None, None, None, None, None, None)
 
 
 splash_op.register_autograd(_splash_backward, setup_context=_splash_setup)
