@@ -13,7 +13,7 @@ import contextlib
 import functools
 import importlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -136,37 +136,40 @@ def compiles_once_for_two_sizes(fn: Callable[..., Any], small: Sequence[Any], la
 _PAYLOAD_TYPE = re.compile(r"\\22__type\\22:\\22[A-Za-z0-9_.]*?\.([A-Za-z0-9_]+)\\22")
 
 
-def tpu_lowering(ops: ModuleType, jax_fn: Callable[..., Any], *args: Any, chip: str = "v6e") -> str:
-    """StableHLO text of the op's JAX function lowered for TPU on this CPU host (emulated `chip`,
-    abstract mesh, `cross_compile`), tensors in `args` as shapes, the rest static."""
+@contextlib.contextmanager
+def _tracing_for_tpu(ops: ModuleType, chip: str) -> Iterator[None]:
+    """What torch-tpu's export sees of the chip on this CPU host: `chip` emulated, its abstract mesh, and upstream's
+    device check skipped (`cross_compile`)."""
     package = ops.__name__.rsplit(".", 1)[0]
     emulation = importlib.import_module(f"{package}.emulation")
     config = importlib.import_module(f"{package}.ops").config
+    with config.cross_compile(True), emulation.emulated_chip(chip), \
+            jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)):
+        yield
+
+
+def _traced(jax_fn: Callable[..., Any], args: tuple) -> tuple[Callable[..., Any], list[Any]]:
+    """`jax_fn` under `jax.jit` with the non-tensor `args` bound, and the tensors' shapes to trace it with."""
     statics = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor) and a is not None]
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(config.cross_compile(True))
-        stack.enter_context(emulation.emulated_chip(chip))
-        stack.enter_context(jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)))
-        return jax.jit(functools.partial(_call_with_statics, jax_fn, statics, args)).trace(
-            *[s for i, s in enumerate(_specs(args)) if i not in statics]).lower(
-            lowering_platforms=("tpu",)).as_text()
+    return (jax.jit(functools.partial(_call_with_statics, jax_fn, statics, args)),
+            [s for i, s in enumerate(_specs(args)) if i not in statics])
+
+
+def tpu_lowering(ops: ModuleType, jax_fn: Callable[..., Any], *args: Any, chip: str = "v6e") -> str:
+    """StableHLO text of the op's JAX function lowered for TPU on this CPU host (emulated `chip`,
+    abstract mesh, `cross_compile`), tensors in `args` as shapes, the rest static."""
+    with _tracing_for_tpu(ops, chip):
+        fn, specs = _traced(jax_fn, args)
+        return fn.trace(*specs).lower(lowering_platforms=("tpu",)).as_text()
 
 
 def tpu_export(ops: ModuleType, jax_fn: Callable[..., Any], *args: Any, chip: str = "v6e") -> str:
     """StableHLO text of the op's JAX function exported for TPU as torch-tpu's `jax_op` exports it
     (`jax.export`, platforms ["tpu"], custom calls unchecked), under `tpu_lowering`'s emulation."""
-    package = ops.__name__.rsplit(".", 1)[0]
-    emulation = importlib.import_module(f"{package}.emulation")
-    config = importlib.import_module(f"{package}.ops").config
-    statics = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor) and a is not None]
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(config.cross_compile(True))
-        stack.enter_context(emulation.emulated_chip(chip))
-        stack.enter_context(jax.sharding.use_abstract_mesh(emulation.tpu_mesh(chip)))
-        exported = jax.export.export(jax.jit(functools.partial(_call_with_statics, jax_fn, statics, args)),
-                                     platforms=["tpu"],
-                                     disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("ALL")])(
-            *[s for i, s in enumerate(_specs(args)) if i not in statics])
+    with _tracing_for_tpu(ops, chip):
+        fn, specs = _traced(jax_fn, args)
+        exported = jax.export.export(fn, platforms=["tpu"],
+                                     disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("ALL")])(*specs)
         return exported.mlir_module()
 
 

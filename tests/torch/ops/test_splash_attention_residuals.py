@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
 
 import pytest
 import torch
 
 from tests.torch import attention_reference as reference
+from tests.torch import op_spy
 
 from . import checks
 
@@ -85,21 +85,9 @@ def test_residual_free_outputs_are_empty(ops):
         assert max_logits.dtype == lse.dtype == torch.float32
 
 
-@contextlib.contextmanager
-def _residual_flags(ops) -> Iterator[list[bool]]:  # noqa: ANN001
+def _residual_flags(ops) -> contextlib.AbstractContextManager[list[bool]]:  # noqa: ANN001
     """The `residuals` argument of every `splash_op` call made in the block (the token is the last argument)."""
-    op, seen = ops.splash_op, []
-    original = op._op
-
-    def spy(*args):  # noqa: ANN002, ANN202
-        seen.append(args[-2])
-        return original(*args)
-
-    op._op = spy
-    try:
-        yield seen
-    finally:
-        op._op = original
+    return op_spy.arguments(ops.splash_op, -2)
 
 
 def _meta(grad: tuple[bool, ...] = (False, False, False, False)) -> tuple[torch.Tensor, ...]:

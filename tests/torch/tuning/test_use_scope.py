@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import threading
-from collections.abc import Iterator
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch.utils.checkpoint import checkpoint
+
+from tests.torch import op_spy
 
 
 @pytest.fixture(scope="module")
@@ -23,21 +24,9 @@ def result(tokamax):  # noqa: ANN001, ANN201
     return tokamax.ops.AutotuningResult("TPU v6 lite", ())
 
 
-@contextlib.contextmanager
-def _tokens(op) -> Iterator[list[str]]:  # noqa: ANN001
+def _tokens(op) -> contextlib.AbstractContextManager[list[str]]:  # noqa: ANN001
     """The token of every call of the Torch op `op` (a `TunedOp`) made in the block, in any thread."""
-    seen: list[str] = []
-    original = op._op
-
-    def spy(*args):  # noqa: ANN002, ANN202
-        seen.append(args[-1])
-        return original(*args)
-
-    op._op = spy
-    try:
-        yield seen
-    finally:
-        op._op = original
+    return op_spy.arguments(op, -1)
 
 
 def _splash_ops(ops):  # noqa: ANN001, ANN202
