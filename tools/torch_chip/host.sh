@@ -48,6 +48,23 @@ if [ -d "$_tc_repo/build/torch-chip/wheels" ] && [ ! -f "$TORCH_CHIP_ROOT/wheels
     --upgrade --target "$TORCH_CHIP_ROOT/wheels-site" "$_tc_repo"/build/torch-chip/wheels/*.whl \
     && touch "$TORCH_CHIP_ROOT/wheels.done"
 fi
-export PYTHONPATH="$TORCH_CHIP_ROOT/shim:${PYTHONPATH}:$TORCH_CHIP_ROOT/torch-tpu:$TORCH_CHIP_ROOT/wheels-site:$TORCH_CHIP_ROOT/site:$TORCH_CHIP_ROOT/deps:$TORCH_CHIP_ROOT/host-site"
+# libtpu torch-tpu asks for (tools/torch_chip/libtpu_pack.py): its parts come one per command; once all are here,
+# joined (hashes checked), unpacked, and first on the Torch process's path instead of the shim. TORCH_CHIP_LIBTPU=shim
+# keeps the shim on the host's libtpu.
+if [ -f "$_tc_repo/build/torch-chip/libtpu/parts.json" ]; then
+  mkdir -p "$TORCH_CHIP_ROOT/libtpu-parts" && cp "$_tc_repo"/build/torch-chip/libtpu/* "$TORCH_CHIP_ROOT/libtpu-parts/"
+fi
+if [ ! -d "$TORCH_CHIP_ROOT/libtpu-new/libtpu" ] && [ -f "$TORCH_CHIP_ROOT/libtpu-parts/parts.json" ]; then
+  if python3 -m tools.torch_chip.libtpu_pack join "$TORCH_CHIP_ROOT/libtpu-parts" "$TORCH_CHIP_ROOT/libtpu.tar.xz"; then
+    mkdir -p "$TORCH_CHIP_ROOT/libtpu-new" && tar -xJf "$TORCH_CHIP_ROOT/libtpu.tar.xz" -C "$TORCH_CHIP_ROOT/libtpu-new" \
+      && rm -f "$TORCH_CHIP_ROOT/libtpu.tar.xz" "$TORCH_CHIP_ROOT"/libtpu-parts/libtpu.tar.xz.*
+  fi
+fi
+_tc_first="$TORCH_CHIP_ROOT/shim"
+if [ "${TORCH_CHIP_LIBTPU:-}" != "shim" ] && [ -d "$TORCH_CHIP_ROOT/libtpu-new/libtpu" ]; then
+  _tc_first="$TORCH_CHIP_ROOT/libtpu-new"
+  echo "torch-chip: torch-tpu on $(ls -d "$_tc_first"/libtpu-*.dist-info | xargs -n1 basename)"
+fi
+export PYTHONPATH="$_tc_first:${PYTHONPATH}:$TORCH_CHIP_ROOT/torch-tpu:$TORCH_CHIP_ROOT/wheels-site:$TORCH_CHIP_ROOT/site:$TORCH_CHIP_ROOT/deps:$TORCH_CHIP_ROOT/host-site"
 export PYTHONUNBUFFERED=1
-unset _tc_repo _tc_index
+unset _tc_repo _tc_index _tc_first
