@@ -10,7 +10,10 @@ model, no copy of x or the weight around the kernels: at a hidden size off the l
 TPU keeps x and w column-major and the kernels run on their transposes (2.3 GiB of temporaries before).
 And the same boundary off the lanes, where the kernels run on x.T and w.T. And the default ("auto") at Gemma 3 27B's
 head on the v6e, where it takes the stored scheme at a vocabulary off the lanes: temporaries within the eighth of HBM
-its rule holds it to (5,186 MiB, past its 4,101, before `stored.temporaries` counted p's chunks there)."""
+its rule holds it to (5,186 MiB, past its 4,101, before `stored.temporaries` counted p's chunks there). And on each
+chip at Llama 3 8B's head: the streamed kernels asked for with no chunk (`fused.streamed_scheme`'s chunk and block:
+v7x's 512 / 128 and v6e's 1024 / 256 were chosen by the model, never compiled before), and the labels loss under
+`jax.grad` with a cotangent of 3 (the gradients scaled in float32 before their one rounding, `fused.Pending`)."""
 
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ LARGEST_HIDDEN = {"v5e": 52224, "v6e": 52224, "v7x": 25984}
 LARGEST_TRANSPOSED_HIDDEN = {"v5e": 52128, "v6e": 52128, "v7x": 25888}
 STORED = (m.QWEN3_8B, 8192)  # TRL's statistics in the stored scheme, p kept for the rows an eighth of HBM holds
 AUTO = (m.GEMMA_3_27B, 8192, "v6e")  # TRL's statistics by the default's choice, at a vocabulary off the lanes
+STREAMED = (m.LLAMA_3_8B, 8192)  # `streamed=True` with chunk="auto", and the loss's backward, on every chip
 BOUNDARY_VOCAB = 32000
 REFUSAL = "tokamax lm_head: a hidden size of"
 
@@ -117,6 +121,35 @@ def _stored_build(chip: str, hidden: int, vocab: int, tokens: int, scheme: str =
     return build
 
 
+def _streamed_build(hidden: int, vocab: int, tokens: int) -> Any:
+    """`fused.loss_and_grads(..., streamed=True)` at the chunk it picks: the gradients made in the forward."""
+    def build(kernel: Any, mesh: Any) -> tuple[Any, list[jax.ShapeDtypeStruct]]:
+        lm_head = kernel.lm_head
+
+        def grads(x: Any, w: Any, targets: Any) -> Any:
+            weights = jnp.ones((tokens,), jnp.float32) / tokens
+            return lm_head.fused.loss_and_grads(x, w, None, targets, weights, lm_head.IDENTITY, streamed=True)[:3]
+        return grads, [spec(mesh, (tokens, hidden), jnp.bfloat16), spec(mesh, (vocab, hidden), jnp.bfloat16),
+                       spec(mesh, (tokens,), jnp.int32)]
+    return build
+
+
+def _scaled_loss_build(hidden: int, vocab: int, tokens: int) -> Any:
+    """d/d(x, w) of 3 x the labels loss (`lm_head.loss.loss`, its default scheme on the chip): the backward scales."""
+    def build(kernel: Any, mesh: Any) -> tuple[Any, list[jax.ShapeDtypeStruct]]:
+        def scaled(x: Any, w: Any, targets: Any) -> Any:
+            weights = jnp.ones((tokens,), jnp.float32) / tokens
+            return 3.0 * kernel.lm_head.loss.loss(x, w, targets, weights)
+        return jax.grad(scaled, argnums=(0, 1)), [
+            spec(mesh, (tokens, hidden), jnp.bfloat16), spec(mesh, (vocab, hidden), jnp.bfloat16),
+            spec(mesh, (tokens,), jnp.int32)]
+    return build
+
+
+def _with_kernels(outcome: Any) -> None:
+    assert outcome.hlo["tpu_custom_call"] > 0, f"{outcome.name}: no kernel in the program"
+
+
 def _stored_check(chip: str, scheme: str = "stored") -> Any:
     """XLA's ops alone, and temporaries within what `lm_head.stored.temporaries` counts at the layout the scheme
     takes on `chip` (the kept rows' p and the larger of a forward chunk's arrays and the backward's accumulator and
@@ -152,6 +185,13 @@ def cases() -> list[Case]:
     out.append(Case(f"lm_head/auto-{tokens}/{model.name}/h{model.hidden}-v{model.vocab}/fwd+bwd", "lm_head",
                     model.name, chip, _stored_build(chip, model.hidden, model.vocab, tokens, "auto"),
                     check=_stored_check(chip, "auto"), xla_only=True))
+    model, tokens = STREAMED
+    out += on_chips(lambda chip: Case(
+        f"lm_head/streamed-auto-{tokens}/{model.name}/h{model.hidden}-v{model.vocab}/fwd+bwd", "lm_head", model.name,
+        chip, _streamed_build(model.hidden, model.vocab, tokens), check=_with_kernels))
+    out += on_chips(lambda chip: Case(
+        f"lm_head/loss-times-3-{tokens}/{model.name}/h{model.hidden}-v{model.vocab}/grad", "lm_head", model.name,
+        chip, _scaled_loss_build(model.hidden, model.vocab, tokens), xla_only=True))
     largest = [(chip, hidden, 128) for chip, hidden in LARGEST_HIDDEN.items()]
     largest += [(chip, hidden, 64) for chip, hidden in LARGEST_TRANSPOSED_HIDDEN.items()]
     for chip, hidden, step_ in largest:
