@@ -78,3 +78,63 @@ def test_peak_hbm_past_the_chip_is_null_with_the_reason() -> None:
     bad = memory.checked(139_472_310_290_760, "torch.accelerator.memory_stats", limit, "v5e")
     assert bad["peak_hbm_bytes"] is None
     assert "gave 139,472,310,290,760 bytes, more than the chip's HBM" in bad["peak_hbm_error"]
+
+
+@pytest.mark.parametrize("dim,keepdim", [(None, False), (None, True), (1, False), (1, True), ((0, 2), False),
+                                         ([], False)])
+def test_the_nansum_stand_in_is_torchs_nansum(dim: Any, keepdim: bool) -> None:
+    """torch-tpu 0.2.0 has no aten::nansum (TRL's GRPO sums its rewards with it): the stand-in the TRL children
+    register on the chip gives torch's own answer on the CPU, NaNs counted as 0, in float64."""
+    import torch
+
+    from tools.torch_chip import missing_ops
+
+    x = torch.randn(3, 5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    x[0, 1, 2] = x[2, 4, 0] = float("nan")
+    x[1] = float("nan")  # a whole slice of NaNs sums to 0
+    kwargs = {} if dim is None else {"dim": dim}
+    want = torch.nansum(x, keepdim=keepdim, **kwargs)
+    got = missing_ops.nansum(x, dim, keepdim)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-14, atol=1e-14)  # a few float64 roundings of sums of 60 terms
+    assert missing_ops.nansum(x.float(), 1, dtype=torch.float64).dtype == torch.float64
+
+
+def test_the_stand_in_is_registered_for_the_tpus_dispatch_key_and_named_in_the_record(tmp_path: Path) -> None:
+    import torch
+
+    from tools.torch_chip import missing_ops
+
+    assert missing_ops.register() == missing_ops.SUBSTITUTES
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::nansum", "PrivateUse1")
+    assert torch.nansum(torch.tensor([1.0, float("nan"), 2.0])).item() == 3.0  # the CPU's own kernel untouched
+    answer = ("import json, os; open(os.environ['TORCH_CHIP_CHILD_OUT'], 'w').write(json.dumps({'median_s': 1.0, "
+              "'context': {'chip': 'TPU fake', 'device': 'tpu', 'substituted_ops': {'aten::nansum': 'x'}}}))")
+    path = trl_steps.run(tmp_path / "trl.json", "c0ffee", True, cases=["grpo"], impls=["trl"],
+                         command=lambda config: [sys.executable, "-c", answer], config_timeout_s=30)
+    (r,) = json.loads(path.read_text())["records"]
+    assert r["substituted_ops"] == {"aten::nansum": "x"} and r["median_s"] == 1.0
+
+
+@pytest.mark.parametrize("case", ["sft", "dpo"])
+def test_on_the_chip_every_batch_is_padded_to_one_shape(case: str) -> None:
+    """torch-tpu compiles per shape: the chip's SFT and DPO batches are padded to a multiple of 128 tokens, so the
+    texts' different lengths make one shape, not one per step (the tiny model stands in; `tiny=False` is the chip's
+    trainer configuration)."""
+    pytest.importorskip("trl")
+    from tools.torch_chip.tokenizer import byte_tokenizer
+
+    net = trl_steps.make_model("trl", "cpu", True)
+    trainer = trl_steps.TRAINERS[case](net, byte_tokenizer(), trl_steps.arguments("cpu", True, 4), False)
+    shapes = {tuple(v.shape[-1] for k, v in sorted(batch.items()) if k.endswith("input_ids"))
+              for batch in trainer.get_train_dataloader()}
+    assert len(shapes) == 1 and all(n % 128 == 0 for n in next(iter(shapes))), shapes
+
+
+def test_torch_sdpa_is_torch_tpus_own_way_with_sdpa_attention() -> None:
+    from tools.torch_chip import configs
+
+    m = configs.model("llama3_8b", tiny=True)
+    net = steps.build(m, "torch-sdpa", "cpu", None)
+    assert net.config._attn_implementation == "sdpa"
+    assert steps.build(m, "torch", "cpu", None).config._attn_implementation == "eager"

@@ -1,9 +1,9 @@
 """Whole transformers training steps from Torch on the chip: forward, backward and an AdamW step of models built
 from published configs (`configs`), with the kernel's attention, experts and fused loss ("tokamax") against the same
-model on torch-tpu's own paths ("torch": eager attention, since sdpa fails to compile on the host's libtpu; the
-eager experts loop; transformers' plain loss). Per model, impl and length: tokens per second, the median step, the
-first step (tracing, exports, compiles), MFU against a bf16 matmul peak measured on the same chip (a child of its
-own, first), and peak HBM.
+model on torch-tpu's own paths ("torch": eager attention, since sdpa failed to compile on the host's libtpu 0.0.42
+("torch-sdpa" tries it); the eager experts loop; transformers' plain loss). Per model, impl and length: tokens per
+second, the median step, the first step (tracing, exports, compiles), MFU against a bf16 matmul peak measured on the
+same chip (a child of its own, first), and peak HBM.
 
     python3 -m tools.torch_chip steps --out DIR [--models llama3_8b,...] [--tokens 4096,8192] [--budget-s 420]
         [--config-timeout-s 300] [--stop-s S] [--no-fit]
@@ -33,8 +33,9 @@ from .timing import timed
 
 IMPLS = ("torch", "tokamax")
 # also offered: the kernel's attention and experts with transformers' plain loss (the loss's share of the difference,
-# and the kernel's layers where its fused loss is refused)
-EXTRA_IMPLS = ("tokamax-plain-loss",)
+# and the kernel's layers where its fused loss is refused), and torch-tpu's own paths with transformers' sdpa
+# attention (torch-tpu's flash kernel: it failed to compile on the host's libtpu 0.0.42, untried on 0.0.52)
+EXTRA_IMPLS = ("tokamax-plain-loss", "torch-sdpa")
 MATMUL = 8192  # the peak: a bf16 [8192, 8192] @ [8192, 8192] on the device
 TINY_MATMUL = 256
 OP = "train_step"
@@ -73,7 +74,7 @@ def build(m: configs.Model, impl: str, device: str, tokamax: Any) -> Any:
         if impl == "tokamax":
             tokamax.use_fused_loss(net)
     else:
-        net.set_attn_implementation("eager")
+        net.set_attn_implementation("sdpa" if impl == "torch-sdpa" else "eager")
         if _moe(config):
             net.set_experts_implementation("eager")
     return net.train()

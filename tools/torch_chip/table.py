@@ -83,15 +83,27 @@ def traces(data: dict[str, Any]) -> list[str]:
 
 
 def steps(data: dict[str, Any]) -> list[str]:
-    lines = [f"transformers' training steps (`{data['file']}`, commit {data['commit']}; forward, backward and AdamW):",
-             "", "| model | tokens | impl | layers | step | tokens/s | result |", "|---|---|---|---|---|---|---|"]
+    lines = [f"transformers' training steps (`{data['file']}`, commit {data['commit']}, {_libtpu(data)}; forward, "
+             "backward and AdamW; step in ms, median after the first; MFU against the measured matmul peak):", "",
+             "| model | tokens | impl | layers | step | tokens/s | MFU | first step | peak HBM | result |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["records"]:
         model, tokens = r["case"].split("/")
-        tps = r.get("tokens_per_s")
+        tps, mfu, first = r.get("tokens_per_s"), r.get("mfu"), r.get("first_step_s")
+        ran = r["median_s"] is not None
+        peak = r.get("peak_hbm_bytes") if ran else None
         lines.append(f"| {model} | {tokens} | {r['impl']} | {r.get('layers', '-')} | {_ms(r['median_s'])} | "
-                     f"{'-' if tps is None else f'{tps:,.0f}'} | "
-                     f"{'ran' if r['median_s'] is not None else _step_reason(r)} |")
+                     f"{'-' if tps is None else f'{tps:,.0f}'} | {'-' if mfu is None else f'{mfu:.0%}'} | "
+                     f"{'-' if first is None else f'{first:.1f} s'} | "
+                     f"{'-' if peak is None else f'{peak / 2**30:.1f} GiB'} | "
+                     f"{'ran' if ran else _step_reason(r)} |")
     return lines
+
+
+def _libtpu(data: dict[str, Any]) -> str:
+    """The libtpu torch-tpu ran on: the host's 0.0.42 behind the shim, or the 0.0.52 it asks for (libtpu_pack)."""
+    version = data["stack"].get("libtpu", "?")
+    return f"libtpu {version}" + (" behind the shim" if version.startswith("0.0.42") else "")
 
 
 def _step_reason(r: dict) -> str:
@@ -128,7 +140,8 @@ def mirror(data: dict[str, Any]) -> list[str]:
 
 
 def trl(data: dict[str, Any]) -> list[str]:
-    lines = [f"TRL's trainers (`{data['file']}`, commit {data['commit']}; {data.get('model', {}).get('config', '')} "
+    lines = [f"TRL's trainers (`{data['file']}`, commit {data['commit']}, {_libtpu(data)}; "
+             f"{data.get('model', {}).get('config', '')} "
              f"with {data.get('model', {}).get('num_hidden_layers', '?')} layers, vocabulary "
              f"{data.get('model', {}).get('vocab_size', '?')}; seconds per step, median after the first):", "",
              "| trainer | TRL alone | with tokamax | x | first step (alone / tokamax) |", "|---|---|---|---|---|"]
