@@ -138,3 +138,21 @@ def test_torch_sdpa_is_torch_tpus_own_way_with_sdpa_attention() -> None:
     net = steps.build(m, "torch-sdpa", "cpu", None)
     assert net.config._attn_implementation == "sdpa"
     assert steps.build(m, "torch", "cpu", None).config._attn_implementation == "eager"
+
+
+def test_out_of_hbm_at_one_layer_halves_the_tokens_then_the_other_impl_runs_at_that_size(tmp_path: Path) -> None:
+    """torch-tpu's own path ran out of HBM at 1 layer of Llama 3 8B at 4,096 tokens: the fitting then halves the
+    tokens, and the kernel's side runs again at the size that fit, for a ratio at one size."""
+    oom_unless_small = FAKE.replace('config["layers"] > 1:', '(config["layers"] > 1 or config["tokens"] > 2048):')
+    oom_unless_small = oom_unless_small.replace('elif config["impl"] == "tokamax" and config["model"] == "llama3_8b":',
+                                                'elif False:')
+    path = steps.run(tmp_path / "steps.json", "c0ffee", False, models=["llama3_8b"], tokens=[4096],
+                     command=lambda config: [sys.executable, "-c", oom_unless_small, json.dumps(config)],
+                     config_timeout_s=30)
+    records = json.loads(path.read_text())["records"]
+    assert [(r["case"], r["impl"], r["layers"], r["median_s"] is not None) for r in records] == [
+        ("llama3_8b/4096", "tokamax", 2, True), ("llama3_8b/4096", "torch", 2, False),
+        ("llama3_8b/4096", "torch", 1, False), ("llama3_8b/2048", "torch", 1, True),
+        ("llama3_8b/2048", "tokamax", 1, True)]
+    assert [r.get("tokens_cut_from") for r in records] == [None, None, None, 4096, 4096]
+    assert steps._smaller("m", 1024, "torch", 1) is None  # not below MIN_FIT_TOKENS

@@ -11,7 +11,8 @@ same chip (a child of its own, first), and peak HBM.
 Every configuration runs in a child process of its own (`isolate`): one that fails, aborts the process (an XLA
 check failure), runs out of HBM or past its time limit is a record with its error and the last lines of its log
 (DIR/steps-logs/), and the next one starts on a fresh chip; the results file is rewritten after each record. A
-configuration out of HBM runs again a layer shorter (down to 1), and the other impls then run at the count that fit.
+configuration out of HBM runs again a layer shorter (down to 1), then at half the tokens (down to 1,024), and the
+other impls then run at the size that fit.
 Configurations past the time budget are recorded as not run, with the reason. All models at the first length come
 before any at the next; within a model, the kernel's side before torch's."""
 
@@ -36,6 +37,7 @@ IMPLS = ("torch", "tokamax")
 # and the kernel's layers where its fused loss is refused), and torch-tpu's own paths with transformers' sdpa
 # attention (torch-tpu's flash kernel: it failed to compile on the host's libtpu 0.0.42, untried on 0.0.52)
 EXTRA_IMPLS = ("tokamax-plain-loss", "torch-sdpa")
+MIN_FIT_TOKENS = 1024  # the fewest tokens the fitting halves down to
 MATMUL = 8192  # the peak: a bf16 [8192, 8192] @ [8192, 8192] on the device
 TINY_MATMUL = 256
 OP = "train_step"
@@ -168,8 +170,9 @@ def run(out_path: Path, commit: str, tiny: bool, *, models: list[str] | None = N
         config_timeout_s: float = 300.0, stop_s: float | None = None, fit: bool = True,
         command: Callable[[dict[str, Any]], list[str]] | None = None) -> Path:
     """The training steps into `out_path` (a Torch-mode results file), each configuration in its own child
-    (`isolate`); returns the path. `fit`: a configuration out of HBM is run again a layer shorter (down to 1), and
-    once one fits at fewer layers the other impls run at that count too (the pair compares at one size).
+    (`isolate`); returns the path. `fit`: a configuration out of HBM is run again a layer shorter (down to 1), then
+    at half the tokens (`_smaller`), and once one fits smaller the other impls run at that size too (the pair
+    compares at one size).
     `command`: the child's command line for a configuration (tests give a fake)."""
     clock = isolate.Clock(budget_s, stop_s)
     command = command or (lambda config: isolate.child_command("tools.torch_chip.steps", config))
@@ -201,6 +204,7 @@ def run(out_path: Path, commit: str, tiny: bool, *, models: list[str] | None = N
                                    impls, layers or {}, tiny))
     tried: set[tuple[str, int, str, int]] = set(queue)
     full = {(name, length): count for name, length, _, count in queue}
+    cut_tokens: dict[tuple[str, int], int] = {}  # a (model, length) the fitting made: the length asked for
     while queue:
         name, length, impl, count = queue.popleft()
         case = f"{name}/{length}"
@@ -208,6 +212,8 @@ def run(out_path: Path, commit: str, tiny: bool, *, models: list[str] | None = N
                     optimizer="torch.optim.AdamW(lr=1e-5)")
         if count < full[(name, length)]:
             base["layers_cut_from"] = full[(name, length)]
+        if (name, length) in cut_tokens:
+            base["tokens_cut_from"] = cut_tokens[(name, length)]
         refusal = clock.refusal()
         if refusal:
             results.add(record(OP, case, impl, PASS, None, **base, error=refusal))
@@ -222,8 +228,11 @@ def run(out_path: Path, commit: str, tiny: bool, *, models: list[str] | None = N
             results.add(record(OP, case, impl, PASS, None, **base, **failed))
             if outcome.stopped:
                 break
-            if fit and failed.get("out_of_hbm") and count > 1:
-                retry = (name, length, impl, count - 1)
+            retry = _smaller(name, length, impl, count) if fit and failed.get("out_of_hbm") else None
+            if retry is not None:
+                if retry[1] != length:
+                    full.setdefault(retry[:2], full[(name, length)])
+                    cut_tokens.setdefault(retry[:2], cut_tokens.get((name, length), length))
                 tried.add(retry)
                 queue.appendleft(retry)
             continue
@@ -231,7 +240,8 @@ def run(out_path: Path, commit: str, tiny: bool, *, models: list[str] | None = N
         median = fields.pop("median_s")
         fields["mfu"] = fields["model_flops"] / median / peak_flops if peak_flops else None
         results.add(record(OP, case, impl, PASS, median, **base, **fields, child_s=outcome.seconds))
-        if count < full[(name, length)]:  # the others at the count that fits, for a comparison at one size
+        if count < full[(name, length)] or (name, length) in cut_tokens:  # the others at the size that fits, for
+            # a comparison at one size
             for other in impls:
                 pair = (name, length, other, count)
                 if pair not in tried:
@@ -239,6 +249,17 @@ def run(out_path: Path, commit: str, tiny: bool, *, models: list[str] | None = N
                     queue.appendleft(pair)
     results.set("wall_s", clock.elapsed())
     return out_path
+
+
+def _smaller(name: str, length: int, impl: str, count: int) -> tuple[str, int, str, int] | None:
+    """The next size to try after `count` layers at `length` tokens ran out of HBM: a layer fewer, and at 1 layer half
+    the tokens (down to MIN_FIT_TOKENS); None past both. torch-tpu's own paths ran out of HBM at 1 layer of Llama 3
+    8B at 4,096 tokens, so a comparison at one size needs fewer tokens too."""
+    if count > 1:
+        return name, length, impl, count - 1
+    if length // 2 >= MIN_FIT_TOKENS:
+        return name, length // 2, impl, 1
+    return None
 
 
 def _csv(text: str | None, cast: Callable[[str], Any] = str) -> list[Any] | None:
