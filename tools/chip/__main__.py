@@ -20,6 +20,10 @@ from . import load  # noqa: E402
 from .measure import measure  # noqa: E402
 from .results import ResultsFile, header  # noqa: E402
 
+ZOO_BATCH = 36
+"""The zoo's workloads compiled and timed this many at a time (six compiles at once, six rounds): a command cut at
+the host's time limit keeps every batch it finished."""
+
 
 def _peaks(out: ResultsFile) -> float:
     """The chip's practical matmul peak (a bf16 8192-cube dot) and HBM bandwidth (a 2 GiB scaled copy)."""
@@ -36,8 +40,8 @@ def _peaks(out: ResultsFile) -> float:
     return flops
 
 
-def _bench(tk, out: ResultsFile, modules: list, jobs: int, runs: int, impls: set[str], case: str = ""  # noqa: ANN001
-           ) -> None:
+def _bench(tk, out: ResultsFile, modules: list, jobs: int, runs: int, impls: set[str], case: str = "",  # noqa: ANN001
+           batch: int | None = None) -> None:
     from .run import run
 
     peak = _peaks(out)
@@ -56,13 +60,15 @@ def _bench(tk, out: ResultsFile, modules: list, jobs: int, runs: int, impls: set
                   "temp_bytes": m.temp_bytes, "peak_bytes": m.peak_bytes}
             if m.assigned_temp_bytes is not None:
                 r["assigned_temp_bytes"] = m.assigned_temp_bytes
+            if m.first_run_s is not None:
+                r["first_run_s"] = m.first_run_s
             print(f"{w.op} | {w.case} | {w.impl} | {w.pass_}: {m.median_s * 1e3:.2f} ms "
                   f"({m.min_s * 1e3:.2f}-{m.max_s * 1e3:.2f}), {r['tflops']:.0f} TFLOP/s, "
                   f"{m.peak_bytes / 2**30:.2f} GiB, assigned temporaries "
                   f"{(m.assigned_temp_bytes or 0) / 2**30:.2f} GiB, compile {compile_s:.1f} s", flush=True)
         out.add(r)
 
-    run(workloads, record, jobs=jobs, runs=runs)
+    run(workloads, record, jobs=jobs, runs=runs, batch=batch)
 
 
 def main(argv: list[str]) -> int:
@@ -71,8 +77,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/chip"))
     parser.add_argument("--commit", default=os.environ.get("TOKAMAX_COMMIT", "unknown"))
     parser.add_argument("--only", default="", help="bench: comma-separated workload modules "
-                        "(step,attention,moe,lm_head,lm_head_statistics,distill); check: families (models and the JAX "
-                        "tier's case families: check.families()); "
+                        "(step,attention,moe,lm_head,lm_head_statistics,distill; zoo, the model zoo, alone: "
+                        "DIR/zoo.json, its part named by TOKAMAX_ZOO_* (tools/chip/zoo/select.py)); check: "
+                        "families (models and the JAX tier's case families: check.families()); "
                         "tune: expert shapes (models.EXPERTS' model names); sweep: \"uneven\" for "
                         "models.IMBALANCED, \"wide\" for the tiles past the default scoped VMEM only, at the raised "
                         "limit, \"ranked\" for the rule's first four")
@@ -120,17 +127,24 @@ def main(argv: list[str]) -> int:
             moe_uneven,
             step,
         )
+        from .zoo import workloads as zoo
 
         chosen = {"step": step, "attention": attention, "moe": moe, "lm_head": lm_head,
                   "lm_head_statistics": lm_head_statistics, "distill": distill}
         extra = {"lm_head_columns": lm_head_columns,  # run when named only
                  "lm_head_statistics_columns": lm_head_statistics_columns, "lm_head_vocab": lm_head_vocab,
                  "lm_head_streamed": lm_head_streamed,
-                 "moe_uneven": moe_uneven, "moe_padded": moe_padded}
+                 "moe_uneven": moe_uneven, "moe_padded": moe_padded, "zoo": zoo}
         names = [n for n in args.only.split(",") if n] or list(chosen)
-        out = ResultsFile(args.out / "bench.json", header(args.commit, "bench"))
+        if "zoo" in names and names != ["zoo"]:
+            parser.error("--only zoo runs alone (its results go to DIR/zoo.json)")
+        what = "zoo" if names == ["zoo"] else "bench"
+        out = ResultsFile(args.out / f"{what}.json", header(args.commit, what))
+        if what == "zoo":  # the part of the plan this command runs, and what of it the plan skips and why
+            out.set("zoo", zoo.header(case=args.case))
         impls = {n.strip() for n in re.split(r",(?! )", args.impl) if n.strip()}  # names hold ", " themselves
-        _bench(tk, out, [(chosen | extra)[n] for n in names], args.jobs, args.runs, impls, args.case)
+        _bench(tk, out, [(chosen | extra)[n] for n in names], args.jobs, args.runs, impls, args.case,
+               batch=ZOO_BATCH if what == "zoo" else None)
     if args.what == "tune":
         from . import tune
 

@@ -22,6 +22,7 @@ class Measured:
     temp_bytes: int  # the compiler's temporaries
     peak_bytes: int  # arguments + outputs + temporaries: what the call holds in HBM at its peak
     assigned_temp_bytes: int | None = None  # the temporaries as the compiler assigned them (`assigned`)
+    first_run_s: float | None = None  # the first call after the compile: with `compile_s`, a user's first call
 
 
 def measure(fn: Callable[..., Any], args: tuple, *, runs: int = 10, warmup: int = 2) -> Measured:
@@ -38,11 +39,15 @@ def timed(compiled: Any, args: tuple, compile_s: float, *, runs: int = 10, warmu
     temp = int(getattr(memory, "temp_size_in_bytes", 0) or 0)
     peak = temp + int(getattr(memory, "argument_size_in_bytes", 0) or 0) + int(
         getattr(memory, "output_size_in_bytes", 0) or 0) - int(getattr(memory, "alias_size_in_bytes", 0) or 0)
-    for _ in range(warmup):
+    first = None
+    for i in range(warmup):
+        start = time.perf_counter()
         jax.block_until_ready(compiled(*args))
+        first = time.perf_counter() - start if i == 0 else first
     times = []
     for _ in range(runs):
         start = time.perf_counter()
         jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - start)
-    return Measured(statistics.median(times), min(times), max(times), runs, compile_s, temp, peak, assigned_temp)
+    return Measured(statistics.median(times), min(times), max(times), runs, compile_s, temp, peak, assigned_temp,
+                    first)

@@ -1,5 +1,6 @@
-"""Runs workloads: compiles them all in parallel (the host's cores; each compile on a thread of its own), then
-times them one at a time on the chip, each result appended to the run's file as soon as it is measured."""
+"""Runs workloads: compiles them all in parallel (the host's cores; each compile on a thread of its own), or a batch
+of them at a time, then times them one at a time on the chip, each result appended to the run's file as soon as it
+is measured."""
 
 from __future__ import annotations
 
@@ -28,23 +29,30 @@ def _compile(indexed: tuple[int, Workload]) -> tuple[Any, float, Any]:
 
 
 def _last_line(e: BaseException) -> str:
-    lines = [line for line in "".join(traceback.format_exception_only(e)).splitlines() if line.strip()]
+    """The exception's own last line (not a note JAX adds after it, such as its traceback filtering's)."""
+    notes = {line.strip() for note in getattr(e, "__notes__", None) or () for line in str(note).splitlines()}
+    lines = [line for line in "".join(traceback.format_exception_only(e)).splitlines()
+             if line.strip() and line.strip() not in notes]
     return (lines[-1] if lines else type(e).__name__)[:600]
 
 
 def run(workloads: Iterable[Workload], record: Callable[[Workload, Measured | None, float, str | None], None],
-        *, jobs: int = 6, runs: int = 10, warmup: int = 2) -> None:
+        *, jobs: int = 6, runs: int = 10, warmup: int = 2, batch: int | None = None) -> None:
     """Compiles `jobs` workloads at a time ahead of the chip, and records each: (workload, measured or None,
-    compile seconds, error or None)."""
+    compile seconds, error or None). `batch`: compile and time that many at a time (None: all compiled first), so that
+    a command cut at a host's time limit keeps every batch it finished (the zoo's commands)."""
     workloads = list(workloads)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:  # every compile done before any timing:
-        built = list(pool.map(_compile, enumerate(workloads)))  # a compile beside a timed call slows the host's
-    for index, (w, (compiled, compile_s, error)) in enumerate(zip(workloads, built, strict=True)):  # dispatch
-        measured = None
-        if compiled is not None:
-            try:
-                measured = timed(compiled, w.make()[1], compile_s, runs=runs, warmup=warmup,
-                                 assigned_temp=assigned.temp_bytes(index))
-            except Exception as e:  # noqa: BLE001
-                error = _last_line(e)
-        record(w, measured, compile_s, error)
+    size = batch or max(1, len(workloads))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for start in range(0, len(workloads), size):  # every compile of a batch done before any timing:
+            part = list(enumerate(workloads[start:start + size], start))  # a compile beside a timed call slows the
+            built = list(pool.map(_compile, part))  # host's dispatch
+            for (index, w), (compiled, compile_s, error) in zip(part, built, strict=True):
+                measured = None
+                if compiled is not None:
+                    try:
+                        measured = timed(compiled, w.make()[1], compile_s, runs=runs, warmup=warmup,
+                                         assigned_temp=assigned.temp_bytes(index))
+                    except Exception as e:  # noqa: BLE001
+                        error = _last_line(e)
+                record(w, measured, compile_s, error)

@@ -22,22 +22,34 @@ dim 256, each within 90% of the v5e's 16 MiB of scoped VMEM by `splash.blocks`' 
 for 19.0 MiB there)."""
 
 
-def jax_splash(block: int, window: int | None = None) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
-    """JAX's bundled splash kernel at `block` everywhere with its fused backward (MaxText's call)."""
+def jax_splash(block: int, window: int | None = None, *, soft_cap: float | None = None, fused_backward: bool = True
+               ) -> Callable[..., jax.Array]:
+    """JAX's bundled splash kernel at `block` everywhere with its fused backward (MaxText's call); `soft_cap` its
+    attention logit soft cap, `fused_backward=False` its separate dq and dkv kernels (the fused one keeps dq per KV
+    block: (length / block) x heads x length x head dim, past the chip at long lengths). The call takes q [B, H, S,
+    D], k [B, Hkv, S, D], v [B, Hkv, S, Dv] (Dv may differ from D) and optionally sinks [H] (gpt-oss's)."""
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
+    backward = {} if fused_backward else {"block_q_dq": block, "block_kv_dq": block}
     sizes = sk.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
-                          block_kv_dkv=block, block_kv_dkv_compute=block, use_fused_bwd_kernel=True)
+                          block_kv_dkv=block, block_kv_dkv_compute=block, use_fused_bwd_kernel=fused_backward,
+                          **backward)
 
-    def attend(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:  # q [B, H, S, D], k and v [B, Hkv, S, D]
+    def attend(q: jax.Array, k: jax.Array, v: jax.Array, sinks: jax.Array | None = None) -> jax.Array:
         b, h, s, d = q.shape
         group = h // k.shape[1]
         one = sm.CausalMask((s, s)) if window is None else sm.LocalMask((s, s), (window - 1, 0), 0)
         mask = sm.MultiHeadMask([one] * group)
-        kernel = sk.make_splash_mqa_single_device(mask, block_sizes=sizes)
-        out = jax.vmap(jax.vmap(kernel))(q.reshape(b, k.shape[1], group, s, d), k, v)
-        return out.reshape(b, h, s, d)
+        kernel = sk.make_splash_mqa_single_device(mask, block_sizes=sizes, attn_logits_soft_cap=soft_cap)
+        grouped = q.reshape(b, k.shape[1], group, s, d)
+        if sinks is None:
+            out = jax.vmap(jax.vmap(kernel))(grouped, k, v)
+        else:
+            per_kv = sinks.reshape(k.shape[1], group)
+            out = jax.vmap(jax.vmap(lambda q, k, v, s: kernel(q, k, v, sinks=s)), (0, 0, 0, None))(grouped, k, v,
+                                                                                                   per_kv)
+        return out.reshape(b, h, s, v.shape[-1])
     return attend
 
 
