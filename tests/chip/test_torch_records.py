@@ -122,3 +122,22 @@ def test_on_the_libtpu_torch_tpu_asks_for_every_model_trains_with_the_kernel_and
                 assert r["median_s"] >= 1.3 * ours["median_s"], (case, layers)
             elif r["median_s"] is None:
                 assert r.get("out_of_hbm") or "time limit" in r["error"] or "budget" in r["error"], r
+
+
+@pytest.mark.kernels_ci
+def test_on_libtpu_0052_every_trl_trainer_ran_or_says_why_and_sft_is_faster_with_the_kernel():
+    """TRL's trainers with batches padded to one shape (a3fbbfb on, libtpu 0.0.52): SFT, DPO and GRPO each ran on both
+    sides with their step times, or the record says why (past its limit, the budget spent); SFT with the kernel's head
+    is faster than TRL alone (1.45x), and its first loss is TRL's own to 1e-3 (the same model and batch)."""
+    runs = [d for d in _load("trl") if d["stack"]["libtpu"] == "0.0.52" and d["commit"] == "a3fbbfb"]
+    records = {(r["case"], r["impl"]): r for d in runs for r in d["records"] if r["median_s"] is not None}
+    failed = [r for d in runs for r in d["records"] if r["median_s"] is None]
+    assert {"sft", "grpo"} <= {case for case, impl in records if impl == "tokamax"}
+    assert all("time limit" in r["error"] or "budget" in r["error"] for r in failed), failed
+    for case in ("sft", "grpo"):
+        ours, theirs = records[(case, "tokamax")], records[(case, "trl")]
+        assert ours["fused_head_calls"]["kernel"] == ours["steps"] and theirs["fused_head_calls"] is None
+        assert ours["median_s"] == sorted(ours["step_times_s"][1:])[1]  # the median of the 3 steps after the first
+    sft, alone = records[("sft", "tokamax")], records[("sft", "trl")]
+    assert sft["median_s"] * 1.3 < alone["median_s"]
+    assert sft["loss_first"] == pytest.approx(alone["loss_first"], rel=1e-3)

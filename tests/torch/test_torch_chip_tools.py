@@ -71,6 +71,22 @@ def test_a_child_past_its_time_is_killed_and_the_budget_stops_new_ones(tmp_path:
     assert all(r["error"].startswith("not run: the time budget") for r in records[2:])
 
 
+def test_a_killed_trainer_keeps_the_steps_it_finished(tmp_path: Path) -> None:
+    """DPO on the chip ran past its limit in its 4th step: the steps before it are in the record, read back from the
+    lines the step timer prints."""
+    line = trl_steps.STEP_LINE
+
+    def two_steps_then_hang(config: dict[str, Any]) -> list[str]:
+        return [sys.executable, "-c", f"import time; print('{line} 1 41.5'); print('noise'); print('{line} 2 38.25', "
+                "flush=True); time.sleep(60)"]
+
+    path = trl_steps.run(tmp_path / "trl.json", "c0ffee", True, cases=["dpo"], impls=["trl"],
+                         command=two_steps_then_hang, config_timeout_s=3.0)
+    (r,) = json.loads(path.read_text())["records"]
+    assert r["error"].startswith("killed: past its time limit") and r["median_s"] is None
+    assert r["step_times_s"] == [41.5, 38.25] and r["steps"] == 2
+
+
 def test_peak_hbm_past_the_chip_is_null_with_the_reason() -> None:
     limit = 16 * 1024**3
     assert memory.checked(5 * 1024**3, "src", limit, "v5e") == {"peak_hbm_bytes": 5 * 1024**3,

@@ -131,6 +131,20 @@ TRAINERS: dict[str, Callable[..., Any]] = {"sft": _sft(False), "sft-lora": _sft(
                                            "grpo": _grpo(False), "grpo-cb": _grpo(True)}
 
 
+STEP_LINE = "trl-steps: step done"
+"""The line a child's log gets at each optimizer step's end (its number, its seconds): a child killed past its time
+still has the steps it finished in its record (`finished_steps`)."""
+
+
+def finished_steps(log: Path) -> list[float]:
+    """The seconds of each step a child's log says it finished, in order."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [float(line.split()[-1]) for line in lines if line.startswith(STEP_LINE)]
+
+
 def _step_timer() -> Any:
     """A TrainerCallback keeping each optimizer step's wall time, the device waited for at both ends."""
     from transformers import TrainerCallback
@@ -147,6 +161,7 @@ def _step_timer() -> Any:
         def on_step_end(self, *args: Any, **kwargs: Any) -> None:
             synchronize()
             self.times.append(time.perf_counter() - self._start)
+            print(f"{STEP_LINE} {len(self.times)} {self.times[-1]:.6f}", flush=True)  # read back if killed
 
     return StepTimes()
 
@@ -259,6 +274,9 @@ def run(out_path: Path, commit: str, tiny: bool, *, cases: list[str] | None = No
             results.set("device", got["device"])
         failed = outcome.failure()
         if failed is not None:
+            done = finished_steps(outcome.log)
+            if done:  # killed or failed after some steps: what they took (the first compiles)
+                failed = {**failed, "step_times_s": done, "steps": len(done)}
             results.add(record("trl", case, impl, pass_, None, **base, **failed))
             if outcome.stopped:
                 break
