@@ -2,13 +2,17 @@
 made in the forward by the fused scheme): the loss, the per-token divergence and entropy and the student's
 gradients against float64 Torch on CPU tensors (interpret mode), soft caps, scales, a temperature, masked tokens,
 rows past the whole chunks, for beta 0, 0.5 and 1, and by the per-token op (`chunk=0`); the loss's cotangent
-scales the gradients (no backward kernel); a frozen head (dx alone); fakes against JAX shapes and autograd on
-meta tensors; bad calls."""
+scales the gradients (no backward kernel), which are rounded once after it (exact operands, against float64); a
+frozen head (dx alone); fakes against JAX shapes and autograd on meta tensors; bad calls."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+
+from tests.jax.cases import rng
 
 from . import checks
 from .test_distill import OPTIONS, ROWS, VOCAB, _bf16, _log_probs, _operands, divergence64
@@ -95,3 +99,52 @@ def test_bad_calls_fail_naming_the_argument(ops, change, message):
     with pytest.raises(ValueError, match=message):
         ops.distillation_loss(xs, ws, bs, xt, wt, bt, kwargs.pop("weights"), **kwargs)
     assert VOCAB == ws.shape[0]
+
+
+def _exact_distillation() -> tuple:
+    """Operands whose gradients the fused scheme computes exactly before their last rounding (beta 0, KL(p_t || p_s):
+    d/dz_s = p_s - p_t): the student's logits equal in a row (x_s zero past the first half of its hidden size, every
+    vocabulary row's first half the same), p_s = 2^-8; the teacher's l ln 2 for l = 0, 1 or 3 (142, 5 and 109 of the
+    256 entries), p_t = 2^l / 1024. G = weight (p_s - p_t) is then 3 * 2^-10, 2^-9 or -2^-8 times a weight of 1, 1/2
+    or 0, exact in bf16 however float32 rounded the softmaxes, and with values multiples of 1/8 in [-1, 1] dx, dw and
+    db are exact in float32 and in the pair (at most 14 significant bits): float64's."""
+    rows, hidden, vocab = 64, 128, 256
+    g = rng(48)
+    xs = torch.zeros(rows, hidden)
+    xs[:, :hidden // 2] = torch.from_numpy(g.integers(-8, 9, size=(rows, hidden // 2)) / 8)
+    ws = torch.from_numpy(g.integers(-8, 9, size=(vocab, hidden)) / 8).float()
+    ws[:, :hidden // 2] = ws[0, :hidden // 2]
+    levels = torch.from_numpy(g.permutation([0] * 142 + [1] * 5 + [3] * 109)).float()
+    xt, wt = torch.zeros(rows, 32), torch.zeros(vocab, 32)
+    xt[:, 0], wt[:, 0] = 1.0, levels
+    weights = torch.ones(rows)
+    weights[::4], weights[1::4] = 0.5, 0.0
+    student = [t.to(torch.bfloat16).requires_grad_() for t in (xs, ws, torch.zeros(vocab))]
+    return student, (xt.to(torch.bfloat16), wt.to(torch.bfloat16)), levels, weights
+
+
+@pytest.mark.kernels_ci
+def test_the_loss_rounds_its_scaled_gradients_once(ops):
+    """(loss / 3).backward() gives float64's dx, dw and db times 1/3, rounded once to bf16, bit for bit
+    (`test_lm_head.rounded_once_and_twice`): the op's gradients stay unrounded until the cotangent is known. Rounded
+    to bf16 in the forward and again when scaled, some entries of dx and dw took another value."""
+    from .test_lm_head import rounded_once_and_twice
+
+    (xs, ws, bs), (xt, wt), levels, weights = _exact_distillation()
+    loss, _, _ = ops.distillation_loss(xs, ws, bs, xt, wt, None, weights, beta=0.0, chunk=16,
+                                       teacher_logit_scale=math.log(2.0))
+    (loss / 3).backward()
+    xs64, ws64, bs64 = (t.detach().double().requires_grad_() for t in (xs, ws, bs))
+    p_t = 2.0 ** levels.double() / 1024
+    g = weights.double()[:, None] * (1 / 256 - p_t)  # d loss / d z_s: p_s - p_t, weighted
+    lps = torch.log_softmax(xs64 @ ws64.T + bs64, -1)
+    (weights.double() * divergence64(lps, p_t.log().expand_as(lps), 0.0)).sum().backward()
+    scale = torch.tensor(1 / 3)  # the cotangent autograd hands the op: float32's 1/3
+    for name, got, leaf, exact in (("dx", xs, xs64, g @ ws64.detach()), ("dw", ws, ws64, g.T @ xs64.detach()),
+                                   ("db", bs, bs64, g.sum(0))):
+        torch.testing.assert_close(leaf.grad, exact, rtol=1e-12, atol=1e-15)  # G as the docstring says
+        once, twice = rounded_once_and_twice(exact, got.dtype, scale)
+        assert got.grad.dtype == torch.bfloat16 and torch.equal(got.grad, once), \
+            f"{name}: {(got.grad != once).sum()} of {once.numel()} entries are not the once-rounded value"
+        if name != "db":  # the test tells the two apart (db's few bits are exact in bf16)
+            assert not torch.equal(twice, once), name

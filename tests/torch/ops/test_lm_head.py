@@ -5,7 +5,9 @@ torch.compile or a call past the share takes them), with a soft cap (the stored 
 without, a scale and a temperature, int64 targets as TRL passes them; the shared
 checks (fakes against JAX shapes, symbolic tracing, one graph for two sizes, the kernel count in the
 TPU lowering), autograd on meta tensors (only the four differentiable statistics carry gradients),
-a frozen head's backward (dx alone, one kernel), and bad calls."""
+a frozen head's backward (dx alone, one kernel), and bad calls. `lm_head_cross_entropy`: targets outside the
+vocabulary, its gradients under a cotangent of 1/3 rounded once by every scheme (exact operands, against float64),
+its fakes (dW's accumulator as each chip's way leaves it) and autograd on meta tensors."""
 
 from __future__ import annotations
 
@@ -283,3 +285,102 @@ def test_cross_entropy_refuses_or_nans_a_kept_target_outside_the_vocabulary(ops,
     (-logp[kept, targets[kept]].sum()).backward()
     for name, got, ref in (("dx", x, x64), ("dw", w, w64)):
         torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def _grid(g: object, *shape: int) -> torch.Tensor:
+    """Multiples of 1/8 in [-1, 1]: their products with bf16's 8-bit values, and sums of those, are exact in float32."""
+    return torch.from_numpy(g.integers(-8, 9, size=shape) / 8).to(torch.float32)
+
+
+def _exact_head(bias: bool) -> tuple:
+    """A head whose gradients the op computes exactly before their last rounding: x zero past the first half of the
+    hidden size and every vocabulary row's first half the same, so a row's 256 logits are equal and p = 2^-8;
+    G = weight (p - [target]) is then 2^-8 and -255/256 times a weight of 1, 1/2 or 0, exact in bf16 however the
+    float32 p was rounded, and dx = G @ w, dW = G.T @ x and db are exact in float32 in any order of summation (at
+    most 14 significant bits: the int8 low half of the pair holds them too): float64's values."""
+    rows, hidden, vocab = 64, 128, 256
+    g = rng(35)
+    x = torch.zeros(rows, hidden)
+    x[:, :hidden // 2] = _grid(g, rows, hidden // 2)
+    w = _grid(g, vocab, hidden)
+    w[:, :hidden // 2] = w[0, :hidden // 2]
+    targets = torch.from_numpy(g.integers(0, vocab, size=rows))
+    weights = torch.ones(rows)
+    weights[::4], weights[1::4] = 0.5, 0.0
+    leaves = [t.to(torch.bfloat16).requires_grad_() for t in (x, w, torch.zeros(vocab))]
+    return (*leaves[:2], leaves[2] if bias else None), targets, weights
+
+
+def rounded_once_and_twice(exact: torch.Tensor, dtype: torch.dtype, scale: torch.Tensor) -> tuple:
+    """float64 `exact` times `scale` rounded once to `dtype` (exact has at most 14 significant bits, so exact / 3 is
+    at least 2^-14 / 3 of its size from any bf16 tie, far past float32's rounding on the way), and as the op's old
+    backward gave it: rounded in the forward, then its float32 product with the cotangent rounded again."""
+    once = (exact * scale.double()).to(dtype)
+    return once, (exact.to(dtype).float() * scale).to(dtype)
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("chunk", [64, 0, 512], ids=["chunked", "kernels", "v5e-pair"])
+def test_cross_entropy_rounds_its_scaled_gradients_once(ops, tokamax, monkeypatch, chunk):
+    """(loss / 3).backward() gives float64's dx, dW and db times 1/3, rounded once to bf16, bit for bit, by every
+    scheme: the chunked one in chunks of 64 (XLA's float32 dW) and on the v5e in chunks of 512 (`accumulate`'s
+    kernel into the pair, its low half int8: high + low scaled in float32), and the kernels, whose backward runs
+    with the cotangent in the per-row coefficients (as `lm_head.loss`'s under jax.grad): they round G / 3 to bf16
+    for their matmuls (not exact: the reference rounds it too), then dx and dW once. The gradients made in
+    the forward were rounded to bf16 there and again when scaled: another value in some entries of dx and dW, shown
+    on the reference (`twice`)."""
+    if chunk == 512:
+        monkeypatch.setenv(tokamax.emulation.CPU_CHIP_VARIABLE, "v5e")
+    (x, w, b), targets, weights = _exact_head(bias=True)
+    x64, w64, b64 = (t.detach().double() for t in (x, w, b))
+    logits = x64 @ w64.T + b64
+    assert (logits == logits[:, :1]).all()  # so p = 1/256: the loss's gradients in float64, exactly
+    g = weights.double()[:, None] * (1 / 256 - torch.nn.functional.one_hot(targets, 256).double())
+    loss = ops.lm_head_cross_entropy(x, w, b, targets, weights, tokamax.lm_head.IDENTITY, chunk=chunk)
+    (loss / 3).backward()
+    scale = torch.tensor(1 / 3)  # the cotangent autograd hands the op: float32's 1/3
+    g_third = (g * scale.double()).to(torch.bfloat16).double()  # the kernels' G, rounded with the cotangent in it
+    grads = {"dx": lambda g: g @ w64, "dw": lambda g: g.T @ x64, "db": lambda g: g.sum(0)}
+    for (name, grad), got in zip(grads.items(), (x, w, b), strict=True):
+        once, twice = rounded_once_and_twice(grad(g), got.dtype, scale)
+        if not chunk and name != "db":  # db sums the kernels' float32 G
+            once = grad(g_third).to(got.dtype)
+        assert got.grad.dtype == torch.bfloat16 and torch.equal(got.grad, once), \
+            f"{name}: {(got.grad != once).sum()} of {once.numel()} entries are not the once-rounded value"
+        if name != "db":  # the test tells the two apart (db's few bits are exact in bf16)
+            assert not torch.equal(twice, once), name
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(("chip", "rows", "chunk", "bias"), [
+    ("v6e", 200, 64, True),  # XLA's float32 accumulator
+    ("v6e", 200, 0, True),  # the kernels' dW, rounded (not what `lm_head_cross_entropy` takes at chunk 0)
+    ("v5e", 200, 512, False),  # `accumulate`'s kernel into the pair, its low half int8
+    ("v5e", 1024, 1024, False),  # the streamed kernels into the 16-bit pair
+], ids=["float32", "kernels", "int8-pair", "bf16-pair"])
+def test_cross_entropy_fakes_match_jax_shapes_and_autograd_on_meta(ops, tokamax, chip, rows, chunk, bias):
+    """The fakes give dW's accumulator as the chip's way at that chunk leaves it (`fused.held_accumulator`), without
+    tracing; the kernels' pair of ops (chunk 0) their rows; on meta tensors the gradients reach x, w and b in their
+    dtypes by either pair of ops."""
+    f = checks.family(ops, "lm_head").loss
+    x, w = torch.zeros(rows, 128, dtype=torch.bfloat16), torch.zeros(256, 128, dtype=torch.bfloat16)
+    b = torch.zeros(256, dtype=torch.bfloat16) if bias else None
+    targets, row = torch.zeros(rows, dtype=torch.int32), torch.zeros(rows)
+    statics = (1.0, False, 1.0, 0.0, 0.0, chunk)
+    with tokamax.emulation.emulated_chip(chip):
+        checks.fake_matches_jax(ops, ops.lm_head_loss_grads_op, f._loss_grads_jax, x, w, b, targets, row, *statics,
+                                chip=chip)
+        checks.fake_matches_jax(ops, ops.lm_head_loss_grad_x_op, f._loss_grad_x_jax, x, w, b, targets, row,
+                                *statics, chip=chip)
+    rows_out = checks.fake_matches_jax(ops, ops.lm_head_loss_rows_op, f._rows_jax, x, w, b, targets, row,
+                                       *statics[:-1])
+    assert [t.dtype for t in rows_out[1:3]] == [torch.int32, torch.float32]
+    bwd = (x, w, b, targets, row, row, row, row, row, torch.ones(1), *statics[:3])
+    checks.fake_matches_jax(ops, ops.lm_head_loss_rows_bwd_op, f._rows_bwd_jax, *bwd)
+    checks.fake_matches_jax(ops, ops.lm_head_loss_rows_bwd_x_op, f._rows_bwd_x_jax, *bwd)
+    leaves = [None if t is None else t.to("meta").requires_grad_() for t in (x, w, b)]
+    loss = ops.lm_head_cross_entropy(*leaves, targets.to("meta"), row.to("meta"), tokamax.lm_head.IDENTITY,
+                                     chunk=chunk)
+    (loss / 3).backward()
+    for t in leaves:
+        assert t is None or (t.grad.shape, t.grad.dtype) == (t.shape, t.dtype)

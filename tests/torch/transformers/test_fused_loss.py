@@ -379,10 +379,11 @@ def test_a_peft_model_trains_to_its_own_loss_and_adapter_gradients(tokamax, refe
     _assert_same(got, want)
     assert got[1].keys() == {n for n, p in fused.named_parameters() if p.requires_grad}
     assert all("lora_" in n for n in got[1]) and len(got[1]) == 2 * 2 * 3  # A and B, 2 layers, 3 modules
-    # the head is frozen: its loss and dx from the forward, no weight gradient (not upstream's kernel, which
-    # would compute one)
+    # the head is frozen: its loss and dx alone, no weight gradient (not upstream's kernel, which would compute one):
+    # from the forward in the chunked scheme, by the dx kernel in the backward with our kernels (chosen here)
     ran = {op for op, _ in probe.calls}
-    assert got[0].logits is None and reference_kernel == [] and "lm_head_loss_grad_x" in ran, ran
+    assert got[0].logits is None and reference_kernel == [] and {"lm_head_loss_grad_x", "lm_head_loss_rows_bwd_x"} & ran
+    assert not {"lm_head_loss_grads", "lm_head_loss_rows_bwd"} & ran, ran
 
 
 @pytest.mark.parametrize("adapter", ["target_modules", "modules_to_save"])

@@ -54,8 +54,10 @@ def test_twenty_dynamically_padded_batches_export_once_per_bucket(tokamax, optio
     exports = probe.exports()
     assert len(token_counts) == 20  # without the buckets: an export per batch
     # training: the gradients from the forward (`lm_head_loss_grads`) where the chunked scheme is chosen for
-    # the bucket, else the loss-only path's forward op and its backward op
-    forwards = {"lm_head_loss_grads", "linear_softmax_cross_entropy_rows" if options is None else "lm_head_stats"}
+    # the bucket, else the loss-only path's forward op and its backward op (with options our kernels':
+    # `lm_head_loss_rows`, their backward run with the cotangent)
+    forwards = {"lm_head_loss_grads", *(["linear_softmax_cross_entropy_rows"] if options is None else
+                                        ["lm_head_stats", "lm_head_loss_rows"])}
     assert sum(exports.get(op, 0) for op in forwards) == len(expected) < 20, exports
     assert {shape[0] for op, shape in probe.query_shapes if op in forwards} == expected
     assert sum(exports.values()) <= 2 * len(expected), exports

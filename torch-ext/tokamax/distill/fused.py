@@ -97,8 +97,14 @@ def cost(sizes: Sizes, chunk: int, *, kernel: bool = True, weight_grad: bool = T
 
 
 def _kernel_takes(sizes: Sizes, chunk: int, vmem: int) -> bool:
-    return sizes.student_itemsize == 2 and accumulate.fits(chunk, sizes.student_hidden, sizes.vocab,
-                                                          sizes.student_itemsize, vmem)
+    return held_pair(chunk, sizes.student_hidden, sizes.vocab, sizes.student_itemsize, vmem)
+
+
+def held_pair(chunk: int, hidden: int, vocab: int, itemsize: int, vmem: int) -> bool:
+    """Whether `loss_and_grads` (no `accumulator_kernel` given) adds dw_s by `accumulate`'s kernel into the pair, its
+    low half int8 (a 16-bit student whose head the kernel takes at this chunk), else into a float32 accumulator:
+    what `exact` leaves, for the Torch ops' fakes."""
+    return itemsize == 2 and accumulate.fits(chunk, hidden, vocab, itemsize, vmem)
 
 
 def choose(sizes: Sizes, chip: roofline.Chip, weight_grad: bool = True) -> int | None:
@@ -113,15 +119,17 @@ def choose(sizes: Sizes, chip: roofline.Chip, weight_grad: bool = True) -> int |
 
 def loss_and_grads(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.Array, bt: jax.Array,
                    weights: jax.Array, setting: Setting, chunk: int, *, weight_grad: bool = True,
-                   accumulator_kernel: bool | None = None
-                   ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+                   accumulator_kernel: bool | None = None, exact: bool = False
+                   ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, accumulate.Accumulator | None,
+                              jax.Array | None]:
     """(sum_r weights_r divergence_r float32 [], divergence and entropy float32 [rows], dx_s in x_s's dtype, dw_s in
     w_s's dtype and db_s float32 [vocab], or None for both where not `weight_grad`). Biases float32 [vocab] (zeros for
     none). `accumulator_kernel` None or True: `accumulate`'s kernel into the pair where it takes the student's head
-    at this chunk (a 16-bit student); False: XLA's float32 accumulator."""
+    at this chunk (a 16-bit student: `held_pair`); False: XLA's float32 accumulator. `exact`: dx_s float32 and dw_s's
+    accumulator as it stands (float32, or the pair), for a cotangent to scale before their one rounding
+    (`accumulate.finish`; the Torch ops)."""
     rows, vocab, hidden = xs.shape[0], ws.shape[0], xs.shape[1]
-    takes = xs.dtype.itemsize == 2 and accumulate.fits(chunk, hidden, vocab, xs.dtype.itemsize,
-                                                        pltpu.get_tpu_info().vmem_capacity_bytes)
+    takes = held_pair(chunk, hidden, vocab, xs.dtype.itemsize, pltpu.get_tpu_info().vmem_capacity_bytes)
     kernel = takes if accumulator_kernel is None else accumulator_kernel and takes
     weights = weights.astype(jnp.float32)
     whole = rows // chunk * chunk
@@ -135,7 +143,7 @@ def loss_and_grads(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, w
         if weight_grad:
             dw, db = carry
             carry = (accumulate.add(dw, g_low, x_s, kernel), db + jnp.sum(g, axis=0))
-        return carry, (jnp.sum(m * div), div, entropy, dx.astype(xs.dtype))
+        return carry, (jnp.sum(m * div), div, entropy, dx if exact else dx.astype(xs.dtype))
 
     zeros = accumulate.start(ws.shape, ws.dtype, kernel, kernel)  # the kernel's pair, int8 low; else float32
     carry = (zeros, jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
@@ -156,13 +164,14 @@ def loss_and_grads(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, w
         rows_out.append([o[:rows - whole] for o in per_row])
     if not rows_out:  # no rows
         losses.append(jnp.zeros((), jnp.float32))
-        rows_out.append([jnp.zeros((0,), jnp.float32), jnp.zeros((0,), jnp.float32), jnp.zeros(xs.shape, xs.dtype)])
+        rows_out.append([jnp.zeros((0,), jnp.float32), jnp.zeros((0,), jnp.float32),
+                         jnp.zeros(xs.shape, jnp.float32 if exact else xs.dtype)])
     div, entropy, dx = (jnp.concatenate(o) if len(o) > 1 else o[0] for o in zip(*rows_out, strict=True))
     loss = sum(losses[1:], losses[0])
     if not weight_grad:
         return loss, div, entropy, dx, None, None
     dw, db = carry
-    return loss, div, entropy, dx, accumulate.finish(dw, ws.dtype), db
+    return loss, div, entropy, dx, dw if exact else accumulate.finish(dw, ws.dtype), db
 
 
 def _primal(x: Any) -> Any:

@@ -334,6 +334,17 @@ def accumulation(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, 
     return _scheme(best) if best is not None else Scheme(chunk)
 
 
+def held_accumulator(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
+                     weight_grad: bool = True, soft_cap: bool = False, bias: bool = False) -> tuple[bool, bool]:
+    """(pair, int8 low) of dW's accumulator as `loss_and_exact_grads` leaves it at a chunk asked for, no way forced
+    (`accumulation`'s): the pair where the way adds into it, its low half int8 where that way's kernel (`accumulate`'s
+    or `streamed`'s) keeps it `scaled`; else float32. For the Torch ops' fakes, which give it without tracing."""
+    s = accumulation(chunk, rows, hidden, vocab, itemsize, chip, weight_grad, soft_cap, True, bias)
+    kernel = s.streamed or s.kernel and weight_grad and accumulate.fits(chunk, hidden, vocab, itemsize, chip.vmem,
+                                                                          vocab % LANES != 0)
+    return s.pair, s.pair and s.scaled and kernel and itemsize == 2
+
+
 STREAMED_FALLBACK_CHUNKS = (512, 256, 128)
 """Chunk rows `streamed_scheme` tries after `STREAMED_CHUNKS` where no vocabulary block fits those beside them (v7x's
 64 MiB at hidden 4096): powers of two, which the compact logits' maxima can be cut into (`streamed.compact_rows`)."""
@@ -495,11 +506,11 @@ def _streamed_step(w: jax.Array, b: jax.Array, transform: LogitTransform, z_loss
     return step
 
 
-def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
-             z_loss: float, smoothing: float, weight_grad: bool, plan: plans.Plan | None
-             ) -> tuple[jax.Array, Pending]:
-    """(loss, the backward kernels still to run): they take the cotangent in their per-row coefficients, so the
-    scaled dx and dW are rounded once, at the kernels' end, and no gradient is held from the forward."""
+def _kernel_rows(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array,
+                 transform: LogitTransform, z_loss: float, smoothing: float, plan: plans.Plan | None
+                 ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """The kernels' forward: (loss, the rows their backward reads: lse, entropy and the loss's per-row coefficients
+    d_lse, d_target, d_sum, float32 [rows] each)."""
     vocab = w.shape[0]
     stats = row_stats(x, w, b, targets, transform, plan=plan)
     loss = jnp.sum(_weighted(m, stats.lse, stats.target_logit, stats.sum_logits, vocab, z_loss, smoothing))
@@ -507,14 +518,32 @@ def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
     d_lse = jnp.where(kept, m * (1.0 + 2.0 * z_loss * stats.lse), 0.0)
     d_target = jnp.where(kept, -m * (1.0 - smoothing), 0.0)
     d_sum = jnp.where(kept, -m * smoothing / vocab, 0.0)
+    return loss, (stats.lse, stats.entropy, d_lse, d_target, d_sum)
 
-    def backward(x, w, b, targets, lse, entropy, d_lse, d_target, d_sum, scale):  # noqa: ANN001, ANN202
-        if scale is not None:
-            d_lse, d_target, d_sum = (v * scale for v in (d_lse, d_target, d_sum))
-        return row_stats_vjp(x, w, b, targets, lse, entropy, d_lse, d_target, jnp.zeros_like(d_lse), d_sum,
-                             transform, weight_grad=weight_grad, plan=plan)
 
-    return loss, Pending(backward, x, w, b, targets, stats.lse, stats.entropy, d_lse, d_target, d_sum)
+def kernels_backward(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, lse: jax.Array,
+                     entropy: jax.Array, d_lse: jax.Array, d_target: jax.Array, d_sum: jax.Array,
+                     scale: jax.Array | None, transform: LogitTransform, weight_grad: bool = True,
+                     plan: plans.Plan | None = None) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+    """The kernels' backward from their forward's rows (`kernels_forward`): the loss's cotangent `scale` (float32 [];
+    None: 1) in the per-row coefficients, so (dx, dW, db float32) come out of the kernels rounded once."""
+    if scale is not None:
+        d_lse, d_target, d_sum = (v * scale for v in (d_lse, d_target, d_sum))
+    return row_stats_vjp(x, w, b, targets, lse, entropy, d_lse, d_target, jnp.zeros_like(d_lse), d_sum, transform,
+                         weight_grad=weight_grad, plan=plan)
+
+
+def _kernels(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: jax.Array, transform: LogitTransform,
+             z_loss: float, smoothing: float, weight_grad: bool, plan: plans.Plan | None
+             ) -> tuple[jax.Array, Pending]:
+    """(loss, the backward kernels still to run): they take the cotangent in their per-row coefficients, so the
+    scaled dx and dW are rounded once, at the kernels' end, and no gradient is held from the forward."""
+    loss, rows = _kernel_rows(x, w, b, targets, m, transform, z_loss, smoothing, plan)
+
+    def backward(*residuals):  # noqa: ANN002, ANN202 - x, w, b, targets, the rows, the scale
+        return kernels_backward(*residuals, transform, weight_grad, plan)
+
+    return loss, Pending(backward, x, w, b, targets, *rows)
 
 
 Pending = jax.tree_util.Partial
@@ -606,6 +635,40 @@ def loss_and_pending(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: j
         return dx, dw, db if has_bias else None
 
     return loss, Pending(unbiased, pending)
+
+
+@hosts.emulated("lm_head.fused.loss_and_grads")
+def loss_and_exact_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,
+                         transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0,
+                         weight_grad: bool = True, chunk: int
+                         ) -> tuple[jax.Array, jax.Array, accumulate.Accumulator | None, jax.Array | None]:
+    """The chunked scheme's loss and gradients before their one rounding, in chunks of `chunk` rows (the way
+    `accumulation`'s): dx float32, dW's accumulator as the way left it (float32, or the pair: `held_accumulator`;
+    None where not `weight_grad`) and db float32 (None where b is), what `loss_and_pending` holds: for ops that
+    cannot hold a `Pending` (the Torch ones), whose backward scales them by the cotangent and rounds them once
+    (`accumulate.finish`)."""
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"tokamax lm_head loss_and_exact_grads: chunk must be a number of rows, got {chunk!r}")
+    loss, pending = _loss_and_pending(x, w, b, targets, weights, transform, z_loss, smoothing, weight_grad, chunk,
+                                      None, None, None, None, None, None, exact=True)
+    return loss, *pending.args  # `_chunked_pending`'s
+
+
+@hosts.emulated("lm_head.fused.loss_and_grads")
+def kernels_forward(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,
+                    transform: LogitTransform, *, z_loss: float = 0.0, smoothing: float = 0.0
+                    ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """The kernels' forward alone: (loss, the rows `kernels_backward` reads with x, w and b: the targets as the
+    kernels take them, int32 and 0 where the weight is not > 0, then lse, entropy and the loss's per-row
+    coefficients), what `loss_and_pending` holds with `chunk=None`: for ops that cannot hold a `Pending` (the Torch
+    ones), whose backward runs the kernels with the cotangent (no gradient held from the forward)."""
+    _check(x, w, b, targets)
+    check_options("lm_head kernels_forward", weights, x.shape[0], transform, z_loss, smoothing, None)
+    m = weights.astype(jnp.float32)
+    t = jnp.where(m > 0, targets, 0).astype(jnp.int32)
+    target_checks.refuse("lm_head", t, w.shape[0])
+    loss, rows = _kernel_rows(x, w, b, t, m, transform, z_loss, smoothing, None)
+    return loss, (t, *rows)
 
 
 def _loss_and_pending(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, weights: jax.Array,

@@ -3,8 +3,11 @@ made in the forward (`tokamax.distill.fused`): what TRL's DistillationTrainer ru
 weights the completion mask over `num_items_in_batch` or the valid tokens.
 
 The custom ops return the loss, the per-token divergence and entropy (no gradient: TRL logs the entropy) and the
-student's dx, dw and db (`distill_loss_grads`), or dx alone for a frozen head (`distill_loss_grad_x`); their
-autograd only scales the gradients by the loss's cotangent, so the backward runs no kernel. `chunk` (static: one
+student's dx, dw and db unrounded (`distill_loss_grads`: dx float32, dw's accumulator as the fused scheme left it,
+`_forward_grads.GRADIENTS`), or dx alone for a frozen head (`distill_loss_grad_x`); their autograd scales the
+gradients by the loss's cotangent and rounds them once, so the backward runs no kernel. Rounded in the forward and
+scaled after (TRL's loss over `num_items_in_batch`, gradient accumulation's loss / n), they were rounded twice;
+`distill.loss`, the JAX loss, still is (its residuals the rounded gradients). `chunk` (static: one
 export per value) is the fused scheme's rows per chunk; `distill_loss_chunk` gives `distill.fused.choose`'s for the
 chip the ops are traced for, 0 where the fused scheme's accumulator does not fit: then the per-token op
 (`distillation_divergence`), weighted.
@@ -34,15 +37,18 @@ def _call(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt:
     vocab = ws.shape[0]
     loss, div, entropy, dx, dw, db = distill.fused.loss_and_grads(
         xs, ws, distill.stored.bias(bs, vocab), xt, wt, distill.stored.bias(bt, vocab), weights, setting, chunk,
-        weight_grad=weight_grad)
-    return (loss.reshape(1), div, entropy, dx) + ((dw, db) if weight_grad else ())
+        weight_grad=weight_grad, exact=True)
+    if not weight_grad:
+        return loss.reshape(1), div, entropy, dx
+    high, low = dw if isinstance(dw, tuple) else (dw, jax.numpy.zeros((0,), ws.dtype))  # the pair, or one array
+    return loss.reshape(1), div, entropy, dx, high, low, db
 
 
 @chip_for_tracing()
 def _grads_jax(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array, wt: jax.Array, bt: jax.Array | None,
                weights: jax.Array, beta: float, s_pre: float, s_tanh: bool, s_post: float, t_pre: float, t_tanh: bool,
                t_post: float, chunk: int
-               ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+               ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     return _call(xs, ws, bs, xt, wt, bt, weights, beta, s_pre, s_tanh, s_post, t_pre, t_tanh, t_post, chunk, True)
 
 
@@ -60,14 +66,22 @@ distill_loss_grad_x_op = register("distill_loss_grad_x", _grad_x_jax)
 def _rows_out(xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     rows = xs.shape[0]
     return (xs.new_empty((1,), dtype=torch.float32), xs.new_empty((rows,), dtype=torch.float32),
-            xs.new_empty((rows,), dtype=torch.float32), torch.empty_like(xs))
+            xs.new_empty((rows,), dtype=torch.float32), torch.empty_like(xs, dtype=torch.float32))
+
+
+@chip_for_tracing()
+def _held_pair(xs: torch.Tensor, ws: torch.Tensor, chunk: int) -> bool:
+    return distill.fused.held_pair(chunk, xs.shape[1], ws.shape[0], xs.element_size(), roofline.chip().vmem)
 
 
 @distill_loss_grads_op.register_fake
 def _grads_fake(xs: torch.Tensor, ws: torch.Tensor, bs: torch.Tensor | None, xt: torch.Tensor, wt: torch.Tensor,
                 bt: torch.Tensor | None, weights: torch.Tensor, beta: float, s_pre: float, s_tanh: bool, s_post: float,
                 t_pre: float, t_tanh: bool, t_post: float, chunk: int) -> tuple:
-    return *_rows_out(xs), torch.empty_like(ws), ws.new_empty((ws.shape[0],), dtype=torch.float32)
+    pair = _held_pair(xs, ws, chunk)  # high in w_s's dtype and low in int8, else float32
+    dw = (torch.empty_like(ws), torch.empty_like(ws, dtype=torch.int8)) if pair else (
+        torch.empty_like(ws, dtype=torch.float32), ws.new_empty((0,)))
+    return *_rows_out(xs), *dw, ws.new_empty((ws.shape[0],), dtype=torch.float32)
 
 
 @distill_loss_grad_x_op.register_fake
