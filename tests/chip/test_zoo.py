@@ -294,3 +294,15 @@ def test_a_batched_run_times_each_batch_after_compiling_it():
     run(made, lambda w, m, c, e: seen.append((w.case, e, m.first_run_s)), jobs=2, runs=1, warmup=1, batch=2)
     assert [s[0] for s in seen] == [w.case for w in made]
     assert all(error is None and first is not None for _, error, first in seen)
+
+
+def test_the_header_says_whether_first_calls_met_jaxs_persistent_cache(tmp_path):
+    """A shard run twice with JAX_COMPILATION_CACHE_DIR set measures first calls cold, then from the cache: the
+    records must say which (the directory and the entries already in it when the run started)."""
+    assert "compilation_cache" in zoo_workloads.header(select.Selection(), "no such case")
+    (tmp_path / "jit_f-0123-cache").write_bytes(b"x")
+    (tmp_path / "other").write_bytes(b"x")
+    assert zoo_workloads.compilation_cache(str(tmp_path)) == {
+        "dir": str(tmp_path), "entries_at_start": 1,
+        "min_compile_time_s": jax.config.jax_persistent_cache_min_compile_time_secs}
+    assert zoo_workloads.compilation_cache(str(tmp_path / "not yet made"))["entries_at_start"] == 0

@@ -8,6 +8,7 @@ window, soft caps, sinks and logit scale."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -126,9 +127,24 @@ def workloads(tk: ModuleType, selection: select.Selection | None = None) -> Iter
 
 
 def header(selection: select.Selection | None = None, case: str = "") -> dict[str, Any]:
-    """What a run's results file records of the zoo: the selection (and the bench's `--case` text) and each entry of
-    it skipped, with the reason."""
+    """What a run's results file records of the zoo: the selection (and the bench's `--case` text), each entry of
+    it skipped, with the reason, and JAX's persistent compilation cache (`compilation_cache`)."""
     selection = select.from_env() if selection is None else selection
     skipped = [{"op": e.op, "case": e.case, "pass": e.pass_, "impl": e.impl, "models": list(e.models),
                 "skipped": e.skipped} for e in chosen(selection) if e.skipped and case in e.case]
-    return {"selection": {**selection.describe(), "case": case}, "skipped": skipped}
+    return {"selection": {**selection.describe(), "case": case}, "skipped": skipped,
+            "compilation_cache": compilation_cache()}
+
+
+def compilation_cache(directory: str | None = None) -> dict[str, Any] | None:
+    """JAX's persistent compilation cache as the run starts: its directory and how many entries it holds (None: no
+    cache). A shard run twice with `JAX_COMPILATION_CACHE_DIR` set gives first calls cold, then from the cache: what
+    the cache saves a user, which only the chip can show (a CPU host compiling for a topology writes entries it
+    cannot read back). `directory`: the configured one where not given."""
+    directory = directory or jax.config.jax_compilation_cache_dir
+    if not directory:
+        return None
+    path = Path(directory)
+    entries = sum(1 for f in path.iterdir() if f.name.endswith("-cache")) if path.is_dir() else 0
+    return {"dir": str(directory), "entries_at_start": entries,
+            "min_compile_time_s": jax.config.jax_persistent_cache_min_compile_time_secs}
