@@ -5,7 +5,8 @@ with biases, scales, soft caps and a temperature; weights of zero (masked tokens
 the whole chunks (16 here: two whole chunks and 5 rows, run as 16). float32 within 4x float32's own error
 (`reference.tolerances`), bf16 (the accumulator kernel adding dw in the pair, its low half int8) within the
 roundings the scheme makes. Then a frozen head (dw not made), per-token cotangents refused, the per-token
-fallback, and the rule `choose` follows."""
+fallback, a cotangent of 1/3 that scales the unrounded gradients before their one rounding (exact operands, against
+float64), and the rule `choose` follows."""
 
 from __future__ import annotations
 
@@ -109,6 +110,68 @@ def test_a_frozen_head_makes_dx_alone_and_per_token_cotangents_are_refused(kerne
             distill.loss(xs, ws, bs, xt, wt, bt, weights[:5], beta=0.0)
         with pytest.raises(ValueError, match=r"tokamax distill: chunk must be \"auto\", a number of rows or None"):
             distill.loss(xs, ws, bs, xt, wt, bt, weights, beta=0.0, chunk=0)
+
+
+def _exact_distillation() -> tuple:
+    """Operands whose gradients the fused scheme computes exactly before their last rounding (beta 0, KL(p_t || p_s):
+    d/dz_s = p_s - p_t), as the Torch op's test builds them: the student's logits equal in a row (x_s zero past the
+    first half of its hidden size, every vocabulary row's first half the same), p_s = 2^-8; the teacher's l ln 2 for
+    l = 0, 1 or 3 (142, 5 and 109 of the 256 entries), p_t = 2^l / 1024. G = weight (p_s - p_t) is then 3 * 2^-10,
+    2^-9 or -2^-8 times a weight of 1, 1/2 or 0, exact in bf16 however float32 rounded the softmaxes, and with values
+    multiples of 1/8 in [-1, 1] dx, dw and db are exact in float32 and in the pair (at most 14 significant bits):
+    float64's. ((xs, ws, bs), (xt, wt), levels, weights): bf16 but bs and the weights, float32."""
+    rows, hidden, vocab = 64, 128, 256
+    g = np.random.default_rng(48)
+    xs = np.zeros((rows, hidden), np.float32)
+    xs[:, :hidden // 2] = g.integers(-8, 9, size=(rows, hidden // 2)) / 8
+    ws = (g.integers(-8, 9, size=(vocab, hidden)) / 8).astype(np.float32)
+    ws[:, :hidden // 2] = ws[0, :hidden // 2]
+    levels = g.permutation([0] * 142 + [1] * 5 + [3] * 109).astype(np.float32)
+    xt, wt = np.zeros((rows, 32), np.float32), np.zeros((vocab, 32), np.float32)
+    xt[:, 0], wt[:, 0] = 1.0, levels
+    weights = np.ones(rows, np.float32)
+    weights[::4], weights[1::4] = 0.5, 0.0
+    bf16 = [jnp.asarray(a, jnp.bfloat16) for a in (xs, ws, xt, wt)]
+    return (bf16[0], bf16[1], jnp.zeros(vocab, jnp.float32)), (bf16[2], bf16[3]), levels, weights
+
+
+@pytest.mark.kernels_ci
+def test_the_loss_rounds_its_scaled_gradients_once(kernel, emulation):
+    """jax.grad of loss / 3 gives float64's dx and dw times 1/3 (float32's: the cotangent JAX hands the loss) rounded
+    once to bf16, and db (float32) times it rounded once to float32, bit for bit, with the head trained (the pair
+    its accumulator, chunks of 16) and frozen (dx alone): the forward holds dx float32 and dw's accumulator
+    unrounded until the cotangent is known (`fused._pending`). Rounded to bf16 in the forward and again when
+    scaled, some entries of dx and dw took another value (the Torch op's
+    `test_the_loss_rounds_its_scaled_gradients_once`)."""
+    distill = kernel.distill
+    (xs, ws, bs), (xt, wt), levels, weights = _exact_distillation()
+    options = dict(beta=0.0, teacher_scale=float(np.log(2.0)), chunk=16)
+
+    def third(xs, ws, bs):  # noqa: ANN001, ANN202
+        return distill.loss(xs, ws, bs, xt, wt, None, jnp.asarray(weights), **options)[0] / 3
+
+    with emulation.interpret_on_cpu("v6e"):
+        got = jax.jit(jax.grad(third, argnums=(0, 1, 2)))(xs, ws, bs)
+        frozen = jax.jit(jax.grad(third))(xs, ws, bs)
+    g = weights.astype(np.float64)[:, None] * (1 / 256 - 2.0 ** levels.astype(np.float64) / 1024)
+    x64, w64 = (np.asarray(a, np.float64) for a in (xs, ws))
+    exact = (g @ w64, g.T @ x64, g.sum(0))
+    ops = (xs, ws, bs, xt, wt, None)
+    want = reference(tuple(None if a is None else np.asarray(a, np.float32) for a in ops),
+                     dict(beta=0.0, teacher_scale=options["teacher_scale"]), weights, np.zeros(64, np.float32))[2]
+    scale = np.float64(np.float32(1 / 3))
+    for name, a, e, w in zip(("dx", "dw", "db"), got, exact, want, strict=True):
+        np.testing.assert_allclose(w, e, rtol=1e-12, atol=1e-15, err_msg=name)  # G as the docstring says
+        dtype = a.dtype
+        once = np.asarray(jnp.asarray(e * scale, jnp.float32).astype(dtype), np.float32)
+        a = np.asarray(a, np.float32)
+        assert np.array_equal(a, once), f"{name}: {(a != once).sum()} of {once.size} entries are not rounded once"
+        if name != "db":  # bf16: the test tells the two apart (db stays float32, scaled in float32 either way)
+            twice = np.asarray((jnp.asarray(e, jnp.float32).astype(dtype).astype(jnp.float32) * np.float32(scale))
+                               .astype(dtype), np.float32)
+            assert not np.array_equal(twice, once), name
+    assert got[0].dtype == got[1].dtype == jnp.bfloat16 and got[2].dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(frozen, np.float32), np.asarray(got[0], np.float32))
 
 
 @pytest.mark.kernels_ci

@@ -2,6 +2,13 @@
 divergences are known before the backward (TRL's DistillationTrainer: the completion mask over `num_items_in_batch`
 or the valid tokens), d(loss)/d(z_s) = weight_r Q_r is known as soon as a row's two softmaxes are, so one pass over
 chunks of rows gives the loss and dx_s, dw_s and db_s, and the backward only scales them by the loss's cotangent.
+They are held unrounded from the forward to the backward (dx_s float32, dw_s's accumulator as it stands: `exact`)
+and rounded once after the cotangent scales them, as the labels path's (`lm_head.fused.Pending`): rounded to bf16 in
+the forward and again when scaled (a loss over n tokens, gradient accumulation's loss / n), some entries took the
+neighbouring value. That holds dx_s's float32 bytes where its bf16 ones were, and the pair's int8 low half beside
+its high half, dw_s (or the float32 accumulator where dw_s was): at 8,192 rows of Qwen2.5 0.5B's head (896,
+vocabulary 151,936) on the v5e, in chunks of 768 (the pair), 438,371,840 bytes where the rounded gradients took
+287,557,120 (dx_s 14,680,064 and the low half 136,134,656 more).
 
 Per chunk of rows: both models' float32 logits (two matmuls), the divergence, the student's entropy and Q as the
 stored scheme makes them (`stored`), G = weight Q rounded once to the student's dtype (TRL's one rounding), dx_s = G
@@ -34,7 +41,7 @@ from .. import roofline
 from ..lm_head import accumulate
 from ..lm_head.blocks import round_up
 from ..lm_head.cost import HBM_SHARE
-from ..lm_head.fused import SMALL_BUFFERS, TAIL_ROWS, chunk_rows
+from ..lm_head.fused import SMALL_BUFFERS, TAIL_ROWS, Pending, chunk_rows
 from .blocks import Sizes
 from .cost import STORED_VECTOR_SECONDS
 from .kernels import Setting
@@ -185,31 +192,46 @@ def _loss(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.Ar
 
 
 def _loss_fwd(*primals: Any) -> tuple[tuple, tuple]:
-    """The gradients in the forward: dw_s and db_s only where the student's weight or bias is perturbed (a frozen
-    head, LoRA's, makes dx_s alone)."""
+    """The gradients in the forward, held unrounded (`exact`: dx_s float32, dw_s's accumulator as the scheme left
+    it) until the backward knows the loss's cotangent (`_pending`): dw_s and db_s only where the student's weight or
+    bias is perturbed (a frozen head, LoRA's, makes dx_s alone)."""
     xs, ws, bs, xt, wt, bt, weights = (_primal(p) for p in primals[:7])
     setting, chunk = primals[7:]
     weight_grad = any(getattr(p, "perturbed", True) for p in primals[1:3])
     loss, div, entropy, dx, dw, db = loss_and_grads(xs, ws, bs, xt, wt, bt, weights, setting, chunk,
-                                                    weight_grad=weight_grad)
+                                                    weight_grad=weight_grad, exact=True)
     zeros = tuple(jnp.zeros_like(a) for a in (xt, wt, bt, weights))
-    return (loss, div, entropy), (dx, jnp.zeros_like(ws) if dw is None else dw,
-                                  jnp.zeros_like(bs) if db is None else db.astype(bs.dtype), zeros)
+    return (loss, div, entropy), (_pending(dx, dw, db, xs, ws, bs), zeros)
+
+
+def _pending(dx: jax.Array, dw: accumulate.Accumulator | None, db: jax.Array | None, xs: jax.Array, ws: jax.Array,
+             bs: jax.Array) -> Pending:
+    """`loss_and_grads`' `exact` gradients as `lm_head.fused.Pending`: `pending(scale)` gives dx_s in x_s's dtype,
+    dw_s in w_s's and db_s in b_s's times the loss's cotangent `scale` (float32 []), each rounded once (dw_s by
+    `accumulate.finish`); zeros for dw_s and db_s where they were not made. Scaling gradients already rounded to
+    bf16 rounded them twice where the cotangent is not a power of two (a loss over n, gradient accumulation)."""
+    x_dtype, w_shape, w_dtype, b_shape, b_dtype = xs.dtype, ws.shape, ws.dtype, bs.shape, bs.dtype
+
+    def finish(dx, dw, db, scale):  # noqa: ANN001, ANN202 - the closure holds no array (the pytree's static part)
+        if dw is None:
+            return (dx * scale).astype(x_dtype), jnp.zeros(w_shape, w_dtype), jnp.zeros(b_shape, b_dtype)
+        return (dx * scale).astype(x_dtype), accumulate.finish(dw, w_dtype, scale), (db * scale).astype(b_dtype)
+
+    return Pending(finish, dx, dw, db)
 
 
 def _loss_bwd(setting: Setting, chunk: int, residuals: tuple, cotangents: tuple) -> tuple:
-    dx, dw, db, zeros = residuals
+    pending, zeros = residuals
     d_loss, d_div, d_entropy = cotangents
     taken = [name for name, d in (("divergence", d_div), ("entropy", d_entropy)) if not isinstance(d, SymbolicZero)]
     if taken:
         raise ValueError(f"tokamax distill.loss: a gradient through the per-token {' and '.join(taken)} was asked "
                          "for, but the loss's gradients are made in the forward for its weights alone; "
                          "differentiate the loss, or take distill.divergence for per-token gradients")
-    if isinstance(d_loss, SymbolicZero):
-        return jnp.zeros_like(dx), jnp.zeros_like(dw), jnp.zeros_like(db), *zeros
-    scale = d_loss.astype(jnp.float32)
-    return ((dx.astype(jnp.float32) * scale).astype(dx.dtype), (dw.astype(jnp.float32) * scale).astype(dw.dtype),
-            (db.astype(jnp.float32) * scale).astype(db.dtype), *zeros)
+    if isinstance(d_loss, SymbolicZero):  # zeros of the gradients' shapes and dtypes (nothing of them computed)
+        return *(jnp.zeros_like(g) for g in pending(jnp.float32(1))), *zeros
+    # the forward's float32 dx_s and dw_s's accumulator times the cotangent, rounded once (`_pending`)
+    return *pending(d_loss.astype(jnp.float32)), *zeros
 
 
 _loss.defvjp(_loss_fwd, _loss_bwd, symbolic_zeros=True)
@@ -218,5 +240,6 @@ _loss.defvjp(_loss_fwd, _loss_bwd, symbolic_zeros=True)
 def loss(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.Array, bt: jax.Array,
          weights: jax.Array, setting: Setting, chunk: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(sum_r weights_r divergence_r float32 [], divergence and entropy float32 [rows]), differentiable in x_s, w_s
-    and b_s through the loss alone (its gradients made in the forward); biases float32 [vocab]."""
+    and b_s through the loss alone (its gradients made in the forward, held unrounded and rounded once after the
+    loss's cotangent scales them); biases float32 [vocab]."""
     return _loss(xs, ws, bs, xt, wt, bt, weights, setting, chunk)

@@ -7,10 +7,10 @@ student's dx, dw and db unrounded (`distill_loss_grads`: dx float32, dw's accumu
 `_forward_grads.GRADIENTS`), or dx alone for a frozen head (`distill_loss_grad_x`); their autograd scales the
 gradients by the loss's cotangent and rounds them once, so the backward runs no kernel. Rounded in the forward and
 scaled after (TRL's loss over `num_items_in_batch`, gradient accumulation's loss / n), they were rounded twice;
-`distill.loss`, the JAX loss, still is (its residuals the rounded gradients). `chunk` (static: one
-export per value) is the fused scheme's rows per chunk; `distill_loss_chunk` gives `distill.fused.choose`'s for the
-chip the ops are traced for, 0 where the fused scheme's accumulator does not fit: then the per-token op
-(`distillation_divergence`), weighted.
+`distill.loss`, the JAX loss, holds them unrounded and rounds them once the same way (`distill.fused`). `chunk`
+(static: one export per value) is the fused scheme's rows per chunk; `distill_loss_chunk` gives
+`distill.fused.choose`'s for the chip the ops are traced for, 0 where the fused scheme's accumulator does not fit:
+then the per-token op (`distillation_divergence`), weighted.
 """
 
 from __future__ import annotations
