@@ -170,7 +170,7 @@ def _head(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
     pattern = r"tokamax \(chunks of (\d+)(, pair accumulator)?(, int8 low)?(, accumulator kernel)?\)"
     if chunked := re.fullmatch(pattern, r["impl"]):
         if chunked[2] and not chunked[4] and h.vocab % 128:
-            return None  # XLA's pair off the lanes: never offered (`fused._ways`), its transposed layout not modelled
+            return None  # XLA's pair (retired, `lm_head.fused`) off the lanes: its transposed layout not modelled
         scaled = bool(chunked[3]) or (commit[:7] in SCALED_RUNS and bool(chunked[2]) and bool(chunked[4]))
         return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, int(chunked[1]), pair=bool(chunked[2]),
                              kernel=bool(chunked[4]), scaled=scaled).seconds(chip)

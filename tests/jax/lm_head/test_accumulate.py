@@ -71,12 +71,17 @@ def test_the_kernel_adds_g_t_x_to_the_accumulator(accumulate, emulation, pair, v
 def test_the_chunked_scheme_gives_what_xla_accumulates(kernel, emulation, accumulate, monkeypatch, pair):
     """300 rows in 2 chunks of 128 and the 44 left as a chunk of their own (the kernel traced for each) at a
     vocabulary of 1,280, of 1,056 (off the lanes: the [chunk, vocab] arrays made as their transposes, g handed to
-    the kernel so) and of 1,000 (no multiple of 32 divides it: XLA adds, and says nothing, as the kernel is an
-    implementation choice): the loss, dx and db the same bits; dW the same sums in another order, within one bf16
-    rounding and the float32 sums' order (the kernel's int8 low half against XLA's 16-bit one: 2^-15 of the sum,
-    `accumulate`'s bound)."""
+    the kernel so) and of 1,000 (no multiple of 32 divides it: XLA adds the float32 accumulator, and says nothing, as
+    the kernel is an implementation choice; the pair, which only the kernel adds, is refused): against the same call
+    with the kernel's calls made by XLA (`accumulate.add(kernel=False)`, the same sums as the kernel adds them): the
+    loss, dx and db the same bits; dW the same sums in another order, within one bf16 rounding and the float32 sums'
+    order (and the pair's low half: 2^-16 of the sum, 2^-15 in int8, `accumulate`'s bound)."""
     lm_head = kernel.lm_head
     real = accumulate.into  # the kernel itself, wrapped below to count its calls
+
+    def by_xla(acc, g, x, transposed=False):  # noqa: ANN001, ANN202 - the kernel's call, added by XLA
+        return accumulate.add(acc, g, x, False, transposed)
+
     for vocab in (1280, 1056, 1000):
         rows, hidden = 300, 128
         x, w, b, targets = operands(rows, hidden, vocab, seed=11)
@@ -85,16 +90,23 @@ def test_the_chunked_scheme_gives_what_xla_accumulates(kernel, emulation, accumu
         out, calls = {}, {}
         for use in (False, True):
             seen: list[int] = []
-            monkeypatch.setattr(accumulate, "into", lambda *a, seen=seen, real=real: seen.append(1) or real(*a))
+            monkeypatch.setattr(accumulate, "into", lambda *a, seen=seen, real=real if use else by_xla:
+                                seen.append(1) or real(*a))
 
-            def step(x, w, use=use, targets=targets, m=m):  # noqa: ANN001, ANN202
+            def step(x, w, targets=targets, m=m):  # noqa: ANN001, ANN202 - traced afresh for each `into`
                 return lm_head.fused.loss_and_grads(x, w, None, targets, m, lm_head.IDENTITY, chunk=128,
-                                                    pair_accumulator=bool(pair), accumulator_kernel=use,
+                                                    pair_accumulator=bool(pair), accumulator_kernel=True,
                                                     scaled_low=pair == "scaled")
             with emulation.interpret_on_cpu("v5e"):
+                if pair and vocab == 1000:
+                    with pytest.raises(ValueError, match=r"^tokamax lm_head loss_and_grads: pair_accumulator=True"):
+                        step(x, w)
+                    break
                 out[use] = jax.jit(step)(x, w)
             calls[use] = len(seen)  # traced twice: the scan's body and the rows left
-        assert calls == {False: 0, True: 2 * (vocab != 1000)}, (vocab, calls)
+        if pair and vocab == 1000:
+            continue
+        assert calls == {False: 2 * (vocab != 1000), True: 2 * (vocab != 1000)}, (vocab, calls)
         (loss, dx, dw, db), (loss_k, dx_k, dw_k, db_k) = out[False], out[True]
         assert float(loss) == float(loss_k) and dw.dtype == dw_k.dtype == jnp.bfloat16
         np.testing.assert_array_equal(np.asarray(dx, np.float32), np.asarray(dx_k, np.float32))

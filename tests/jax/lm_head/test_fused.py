@@ -184,38 +184,26 @@ def test_a_target_outside_the_vocabulary_is_refused_on_the_host_and_nan_when_tra
 
 
 @pytest.mark.kernels_ci
-def test_the_pair_accumulator_gives_dw_within_one_rounding_of_the_float32_one(kernel, emulation):
-    """bf16, 300 rows in 5 chunks of 64: the loss, dx and db do not involve dW's accumulator and are the same
-    bits; dW from the (high, low) pair is the float32 accumulator's within one bf16 rounding of itself plus
-    what the pair's low half loses: at most 2^-8 of it per chunk (bf16's 8 significant bits), itself at most 2^-8 of
-    the running sum, so 5 x 2^-16 of the products' magnitude |G|.T |x| (cancelling sums keep that absolute error); the
-    cost model counts the pair's low half alone as a temporary, and the same bytes per pass."""
+def test_the_pair_without_the_accumulate_kernel_is_refused_by_name(kernel, emulation):
+    """XLA adding dW into the 16-bit pair is retired (picked at no zoo shape on the v5e, v6e or v7x, never the fastest
+    in a committed chip run): `pair_accumulator=True` where the accumulate kernel does not take the head is refused,
+    naming the op and the argument; without it, or with `accumulator_kernel=False` alone, XLA's float32 accumulator."""
     import jax.numpy as jnp
 
     lm_head = kernel.lm_head
-    rows, hidden, vocab = 300, 128, 1000
-    x, w, b, targets = operands(rows, hidden, vocab, seed=7)
-    x, w = jnp.asarray(x, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)
-    m = np.ones(rows, np.float32)
-    out = {}
-    for pair in (False, True):
-        with emulation.interpret_on_cpu("v6e"):
-            out[pair] = jax.jit(lambda x, w, pair=pair: lm_head.fused.loss_and_grads(
-                x, w, None, targets, m, lm_head.IDENTITY, chunk=64, pair_accumulator=pair))(x, w)
-    (loss, dx, dw, db), (loss_p, dx_p, dw_p, db_p) = out[False], out[True]
-    assert dw_p.dtype == dw.dtype == jnp.bfloat16
-    assert float(loss) == float(loss_p)
-    np.testing.assert_array_equal(np.asarray(dx, np.float32), np.asarray(dx_p, np.float32))
-    np.testing.assert_array_equal(np.asarray(db), np.asarray(db_p))
-    a, p = np.asarray(dw, np.float64), np.asarray(dw_p, np.float64)
-    ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(a), 1e-30))) - 7)  # bf16: 8 significant bits
-    *_, g_abs, _ = _reference(np.asarray(x, np.float32), np.asarray(w, np.float32), None, targets, m,
-                              lm_head.IDENTITY, 0.0, 0.0)
-    bound = ulp + 5 * 2.0 ** -16 * (g_abs.T @ np.abs(np.asarray(x, np.float64)))
-    assert (np.abs(a - p) <= bound).all(), float((np.abs(a - p) / bound).max())
-    assert (a != p).mean() < 0.05  # mostly the same rounding
-    f32, pair = (lm_head.fused.cost(16384, 4096, 151936, 2, 1024, pair=p) for p in (False, True))
-    assert (f32.bytes_accessed, f32.accumulator_bytes) == (pair.bytes_accessed, pair.accumulator_bytes)
+    rows, hidden = 300, 128
+    for vocab, options, why in ((1000, {}, r"no block of the vocabulary \(1000\) fits"),
+                                (1024, {"accumulator_kernel": False}, "accumulator_kernel is False")):
+        x, w, _, targets = operands(rows, hidden, vocab, seed=7)
+        x, w = jnp.asarray(x, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)
+        m = np.ones(rows, np.float32)
+        with emulation.interpret_on_cpu("v5e"):
+            for call in (lm_head.fused.loss_and_grads, lm_head.fused.loss_and_pending):
+                with pytest.raises(ValueError, match=r"^tokamax lm_head loss_and_grads: pair_accumulator=True: the "
+                                                     r"pair is only added by the accumulate kernel .*" + why):
+                    call(x, w, None, targets, m, lm_head.IDENTITY, chunk=64, pair_accumulator=True, **options)
+            dw = lm_head.fused.loss_and_grads(x, w, None, targets, m, lm_head.IDENTITY, chunk=64, **options)[2]
+        assert dw.dtype == jnp.bfloat16
 
 
 def _sizes(case: str) -> tuple[int, int, int]:
@@ -229,8 +217,9 @@ def _sizes(case: str) -> tuple[int, int, int]:
 def test_the_chunked_temporaries_are_what_the_chip_compiled(kernel):
     """`fused.temporaries` on the v5e against every chunked-scheme record it measured (the compiler's
     `memory_analysis()` on the chip, benchmarks/measured): the float32 accumulator or two chunks' logits, the
-    larger; the pair's low half and two chunks' logits. Within a MiB of each (the compiler's small buffers).
-    Elsewhere the estimate is the sum, at least what the chip laid out."""
+    larger; the pair's low half and two chunks' logits (XLA adding into the pair: a retired way, its records history
+    that `fused.cost` still predicts). Within a MiB of each (the compiler's small buffers). Elsewhere the estimate is
+    the sum, at least what the chip laid out."""
     import json
     import re
     from pathlib import Path

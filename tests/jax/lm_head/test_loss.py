@@ -84,7 +84,7 @@ def _rounded_once_not_twice(name: str, got, float32, scale: float) -> None:  # n
     assert (_bf16(_bf16(float32) * np.float32(scale)) != got).any(), name
 
 
-CHUNKED = {"float32": ("v6e", {}), "pair": ("v6e", {"pair_accumulator": True}),
+CHUNKED = {"float32": ("v6e", {}), "kernel-pair": ("v5e", {"pair_accumulator": True, "accumulator_kernel": True}),
            "streamed-pair-int8": ("v5e", {"streamed": True, "pair_accumulator": True, "scaled_low": True})}
 
 
@@ -96,7 +96,7 @@ def test_a_cotangent_scales_the_float32_gradients_before_their_one_rounding(kern
     once to bf16, and db 3 times the float32 db; those float32 values round to `loss_and_grads`' gradients (which
     `test_fused` holds to float64's). The backward scaled the bf16 gradients, rounding twice: other values. Through
     `loss.loss` under `jax.grad` (the scheme `accumulation` takes at 128 rows: XLA's float32 accumulator on the v6e),
-    and through `fused.loss_and_pending` for the pair and the streamed kernels' int8 pair."""
+    and through `fused.loss_and_pending` for the accumulate kernel's pair and the streamed kernels' int8 pair."""
     lm_head = kernel.lm_head
     rows, hidden, vocab, scale = 200, 128, 512, 3.0
     x, w, b, targets = operands(rows, hidden, vocab, seed=21, dtype=jnp.bfloat16)

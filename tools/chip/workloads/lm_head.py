@@ -16,7 +16,6 @@ from ..models import DISTILL, HEADS
 from . import Workload, normal, with_grads
 
 CHUNKS = (512, 1024, 2048)  # the chunked scheme at fixed chunks, beside the package's own choice
-PAIR_CHUNKS = (512, 1024)  # the same with dW accumulated in a bf16 pair (`pair_accumulator`)
 KERNEL_CHUNKS = (512, 768, 1024, 1280, 2048)  # with `lm_head.accumulate` adding dW, float32 and pair
 WHOLE = "tokamax (whole-block bodies)"  # the kernels without their inner loop over columns (`whole_blocks`)
 BETA = 0.5
@@ -111,10 +110,7 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
                            lambda m=make, c=chunk, k=plain: (labels(c, **k), m()), 3 * flops)
         yield Workload("lm_head_loss", case, f"{WHOLE[:-1]}, kernels)", "fwd+bwd",
                        lambda m=make: (labels(None, whole=True), m()), 3 * flops)
-        for c in PAIR_CHUNKS:
-            yield Workload("lm_head_loss", case, f"tokamax (chunks of {c}, pair accumulator)", "fwd+bwd",
-                           lambda m=make, c=c: (labels(c, pair=True, kernel=False, scaled=False, streamed=False), m()),
-                           3 * flops)
+        # XLA adding dW into the pair ("pair accumulator" without the kernel) is retired (`lm_head.fused`'s docstring)
         for c in KERNEL_CHUNKS:  # dW added by `lm_head.accumulate`'s kernel: float32, the pair, its low half in int8
             for pair, scaled in ((False, False), (True, False), (True, True)):
                 impl = (f"tokamax (chunks of {c}{', pair accumulator' if pair else ''}{', int8 low' if scaled else ''}"

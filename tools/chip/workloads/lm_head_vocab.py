@@ -1,7 +1,8 @@
 """The labels path at Gemma 3's head beside heads that differ from it in one size: its vocabulary (262,208, which no
 block of 128 divides) against 262,144 (2^18), its hidden size (2,560) against 4,096, and dW added by
-`lm_head.accumulate`'s kernel against XLA (the pair, chunks of 1,024), each beside XLA's plain loss: what tells where
-the chunked scheme's time goes past XLA's at that head. Run when named only."""
+`lm_head.accumulate`'s kernel into the pair in chunks of 1,024 to 2,048, each beside XLA's plain loss: what tells where
+the chunked scheme's time goes past XLA's at that head (XLA adding into the pair, once beside them, is retired:
+`lm_head.fused`'s docstring). Run when named only."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ HEADS = (Head("Gemma 3 4B", 8192, 2560, 262208), Head("Gemma 3 4B, vocabulary 2^
          Head("Gemma 3 4B, hidden 4096", 8192, 4096, 262208))
 VARIANTS = {  # impl -> (chunk, pair, kernel, int8 low)
     "tokamax (chunks of 1024, pair accumulator, accumulator kernel)": (1024, True, True, False),
-    "tokamax (chunks of 1024, pair accumulator)": (1024, True, False, False),
     "tokamax (chunks of 1536, pair accumulator, int8 low, accumulator kernel)": (1536, True, True, True),
     "tokamax (chunks of 2048, pair accumulator, int8 low, accumulator kernel)": (2048, True, True, True),
 }

@@ -10,13 +10,16 @@ Three ways, one result (`loss_and_grads`):
 - **chunked** (Liger's): per chunk of rows, the [chunk, vocab] float32 logits in HBM from one XLA
   matmul, the gradient block G from them, dx = G @ w and dW += G.T @ x (float32, in HBM): three
   vocabulary-sized matmuls per step, for a float32 dW or two chunks' float32 logits of temporaries
-  (`temporaries`: the larger, as the chip's compiler lays them out). With `pair_accumulator`, dW
-  accumulates as two arrays of w's dtype (the float32 sum rounded, and what that rounding left; the high half
-  is dW itself). With `accumulator_kernel`, each chunk's dW is added by a Pallas kernel that streams the
-  accumulator under its matmul (`accumulate`): 14-19% faster on the v5e at the same chunks; with `scaled_low`
-  the pair's low half is int8 in 1/256ths of dW's last place (`accumulate.SCALED`). `choose_scheme` (`Scheme`)
-  takes the fastest way that fits the share (the streamed one below, where it fits), elsewhere XLA's float32
-  accumulator (XLA's pair ran no faster on the v5e, 192.5 against 197.4 ms at Llama's head in chunks of 1024).
+  (`temporaries`: the larger, as the chip's compiler lays them out). With `accumulator_kernel`, each chunk's dW
+  is added by a Pallas kernel that streams the accumulator under its matmul (`accumulate`): 14-19% faster on the
+  v5e at the same chunks; with it and `pair_accumulator`, dW accumulates as two arrays of w's dtype (the float32
+  sum rounded, and what that rounding left; the high half is dW itself), with `scaled_low` the pair's low half
+  int8 in 1/256ths of dW's last place (`accumulate.SCALED`). `choose_scheme` (`Scheme`) takes the fastest way
+  that fits the share (the streamed one below, where it fits), elsewhere XLA's float32 accumulator. XLA adding
+  dW into the pair (no accumulate kernel) was retired (issue 72): the rule picked it at no zoo shape on the v5e,
+  v6e or v7x, and it was never the fastest in a committed chip run (192.5 against XLA's float32 197.4 ms at
+  Llama 3 8B's head in chunks of 1024, the kernel's pair 164.6 there in a later run); `pair_accumulator` without
+  the kernel is refused.
 - **streamed**: the chunked scheme's chunks in two Pallas kernels (`streamed`): the logits stored compact (bf16 less
   the running maximum), G made in VMEM, dW into the pair in place. On the v5e the fastest way within the share at
   all three heads of the chip benchmark (`STREAMED`), so `choose_scheme` takes it wherever it fits (`streamed_cost`)
@@ -165,7 +168,8 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_g
     dW's float32 accumulator read and written per chunk (written only by the first). Three matmuls (two for
     a frozen head: no dW). `pair`: the accumulator as high and low in w's dtype, or with `scaled` (the kernel's
     only) low in int8, only the low half a temporary (the high half is dW). `kernel`: dW added by `accumulate`'s
-    kernel, the same bytes streamed under the matmul (no `ACCUMULATOR_PASSES`)."""
+    kernel, the same bytes streamed under the matmul (no `ACCUMULATOR_PASSES`). `pair` without `kernel` (XLA adding
+    into the pair) is a retired way, costed only for its committed chip records."""
     chunks, computed = chunk_rows(rows, chunk)
     matmuls = 3 if weight_grad else 2
     w = vocab * hidden * itemsize
@@ -243,8 +247,8 @@ def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: C
     was measured (`LAID_OUT_ON_CHIP`) and where its VMEM holds the chunk, the kernel into a float32 accumulator or
     the pair (its low half in w's 16-bit dtype or in int8) at `KERNEL_CHUNKS`, and there `streamed`'s kernels with
     compact logits into the pair at `STREAMED_CHUNKS` (16-bit operands, no soft cap and no `bias`:
-    `streamed.compacts`, a vocabulary block that fits the chip's VMEM beside the chunk; `streamed` False: not). XLA's
-    pair is not offered (no faster on the v5e, and as large)."""
+    `streamed.compacts`, a vocabulary block that fits the chip's VMEM beside the chunk; `streamed` False: not). XLA
+    adding into the pair is retired (the module's docstring)."""
     ways = [(False, False, False)] * (chunk in CHUNKS)
     if weight_grad and chip.kind in LAID_OUT_ON_CHIP and chunk in KERNEL_CHUNKS \
             and accumulate.fits(chunk, hidden, vocab, itemsize, chip.vmem, vocab % LANES != 0):
@@ -434,8 +438,8 @@ def _chunked(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m: ja
     if streamed_block:  # each chunk in `streamed`'s kernels at that vocabulary block
         step = _streamed_step(w, b, transform, z_loss, smoothing, weight_grad, streamed_block, compact, has_bias,
                               exact)
-    # the int8 low half is a kernel's alone (`accumulate`'s or `streamed`'s)
-    zeros = accumulate.start(w.shape, w.dtype, pair, scaled and (kernel or bool(streamed_block)))
+    # the pair is a kernel's alone (`accumulate`'s or `streamed`'s: `_loss_and_pending` refuses it elsewhere)
+    zeros = accumulate.start(w.shape, w.dtype, pair, scaled)
     carry = (zeros, jnp.zeros((vocab,), jnp.float32)) if weight_grad else ()
     losses, dxs = [], []
 
@@ -595,11 +599,14 @@ def loss_and_grads(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax
     to the gradients, by every way (`targets`); `chunk`: "auto" (`choose_scheme` on the chip being traced for), None
     (the kernels) or the chunk rows; `plan`: the kernels' blocks where they run (default: `plan.choose`'s);
     `pair_accumulator`: the chunked scheme accumulates dW in two arrays of w's dtype, not one float32 array
-    (half its temporaries at 16 bits; dW within one rounding of the float32 accumulator's); `accumulator_kernel`:
-    the chunked scheme adds each chunk's dW in a Pallas kernel that streams the accumulator under the matmul
-    (`accumulate`), where its VMEM holds the chunk (else XLA adds it); `scaled_low`: with both and a 16-bit w, the
-    pair's low half in int8 (`accumulate.SCALED`: a quarter less traffic and half the low half's bytes, the same
-    bits of the sum to 1/256 of dW's last place per chunk). Each None: as `choose_scheme` says with `chunk="auto"`,
+    (half its temporaries at 16 bits; dW within one rounding of the float32 accumulator's), added only by the
+    accumulate kernel or the streamed ones: True where neither takes the head (`accumulator_kernel` False, or no
+    block of the vocabulary fitting beside the chunk in the chip's VMEM) is refused; `accumulator_kernel`: the
+    chunked scheme adds each chunk's dW in a Pallas kernel that streams the accumulator under the matmul
+    (`accumulate`), where its VMEM holds the chunk (else XLA adds it; None with `pair_accumulator` True: the
+    kernel); `scaled_low`: with both and a 16-bit w, the pair's low half in int8 (`accumulate.SCALED`: a quarter
+    less traffic and half the low half's bytes, the same bits of the sum to 1/256 of dW's last place per chunk).
+    Each None: as `choose_scheme` says with `chunk="auto"`,
     as `accumulation` says at a chunk asked for. `streamed`: the chunked scheme's chunks in `streamed`'s two
     kernels (G made in VMEM, never in HBM), dW into the float32 accumulator or the pair (`accumulator_kernel` then
     unread; refused where no vocabulary block fits the chunk in VMEM; with `chunk="auto"` on every chip, at the chunk
@@ -700,8 +707,10 @@ def _loss_and_pending(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: 
     if chunk is not None:
         chunk = chosen.chunk
         streamed = chosen.streamed if streamed is None else streamed
-        accumulator_kernel = chosen.kernel if accumulator_kernel is None else accumulator_kernel
-        pair_accumulator = chosen.pair if pair_accumulator is None else pair_accumulator
+        if accumulator_kernel is None:  # the pair asked for: only the kernel adds it
+            accumulator_kernel = chosen.kernel or bool(pair_accumulator)
+        if pair_accumulator is None:  # the rule's pair, where its way (the streamed kernels or `accumulate`'s) runs
+            pair_accumulator = chosen.pair and (bool(streamed) or bool(accumulator_kernel))
         scaled_low = chosen.scaled if scaled_low is None else scaled_low
     m = weights.astype(jnp.float32)
     t = jnp.where(m > 0, targets, 0).astype(jnp.int32)
@@ -731,6 +740,15 @@ def _loss_and_pending(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: 
                                           compact=compact, has_bias=b is not None, exact=exact))
     kernel = bool(accumulator_kernel) and weight_grad and accumulate.fits(
         chunk, x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize, chip().vmem, w.shape[0] % LANES != 0)
+    if pair_accumulator and weight_grad and not kernel:
+        where = ("accumulator_kernel is False" if accumulator_kernel is False else
+                 f"no block of the vocabulary ({w.shape[0]}) fits beside a chunk of {chunk} rows at hidden "
+                 f"{x.shape[1]} in the chip's VMEM ({chip().vmem >> 20} MiB)")
+        raise ValueError(f"tokamax lm_head loss_and_grads: pair_accumulator=True: the pair is only added by the "
+                         f"accumulate kernel (XLA adding into it is retired), which takes the head where a block of "
+                         f"its vocabulary fits beside the chunk in the chip's VMEM; here {where}: take "
+                         f"pair_accumulator=None or False, accumulator_kernel=True at a chunk it takes, or "
+                         f"streamed=True")
     return _pending(x, w, b, _chunked(x, w, bias, t, m, transform, z_loss, smoothing, chunk, weight_grad,
                                       bool(pair_accumulator), kernel, bool(scaled_low), exact=exact))
 
