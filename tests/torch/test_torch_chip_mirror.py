@@ -33,6 +33,23 @@ def test_compare_bounds_the_relative_error_and_wants_the_cpus_non_finite_values(
 
 
 @pytest.mark.kernels_ci
+def test_batched_rpas_padding_rows_are_not_compared_but_its_live_rows_and_cache_are():
+    """Rows past cu_q_lens[distribution[2]] are padding batched_rpa's contract leaves unspecified (the JAX tier's
+    case compares the live rows alone); a live row off, or the cache off, still fails."""
+    args = [None] * 6 + [torch.tensor([0, 1, 9], dtype=torch.int32), torch.tensor([1, 1, 2], dtype=torch.int32)]
+    out, cache = torch.randn(16, 4, 8), torch.randn(8, 16, 4, 8)
+    padded = out.clone()
+    padded[9:] = 1e4  # whatever the kernel left there
+    ok, detail = compare((padded, cache.clone()), (out, cache), "batched_rpa", tuple(args))
+    assert ok and "out0's first 9 of 16 rows" in detail
+    assert not compare((padded, cache.clone()), (out, cache))[0]  # another op: every row is compared
+    wrong = out.clone()
+    wrong[8] += 1.0
+    assert not compare((wrong, cache.clone()), (out, cache), "batched_rpa", tuple(args))[0]
+    assert not compare((out.clone(), cache + 1.0), (out, cache), "batched_rpa", tuple(args))[0]
+
+
+@pytest.mark.kernels_ci
 def test_the_chip_package_keeps_torch_2_13s_glue_and_what_every_version_shares():
     assert pack.kept("torch_tpu/_internal/pallas/pallas.py")
     assert pack.kept("torch_tpu/csrc/common/libxla_base.so")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tools.torch_chip import isolate, memory, steps, trl_steps
+from tools.torch_chip import isolate, memory, step_timer, steps, trl_steps
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -72,19 +72,59 @@ def test_a_child_past_its_time_is_killed_and_the_budget_stops_new_ones(tmp_path:
 
 
 def test_a_killed_trainer_keeps_the_steps_it_finished(tmp_path: Path) -> None:
-    """DPO on the chip ran past its limit in its 4th step: the steps before it are in the record, read back from the
-    lines the step timer prints."""
-    line = trl_steps.STEP_LINE
+    """DPO on the chip ran past its limit in its 4th step: the steps before it and their phases are in the record,
+    read back from the lines the step timer prints."""
+    line = step_timer.STEP_LINE
 
     def two_steps_then_hang(config: dict[str, Any]) -> list[str]:
-        return [sys.executable, "-c", f"import time; print('{line} 1 41.5'); print('noise'); print('{line} 2 38.25', "
-                "flush=True); time.sleep(60)"]
+        return [sys.executable, "-c", f"import time; print('{line} 1 loss=30.5 backward=11 41.5'); print('noise'); "
+                f"print('{line} 2 38.25', flush=True); time.sleep(60)"]
 
     path = trl_steps.run(tmp_path / "trl.json", "c0ffee", True, cases=["dpo"], impls=["trl"],
                          command=two_steps_then_hang, config_timeout_s=3.0)
     (r,) = json.loads(path.read_text())["records"]
     assert r["error"].startswith("killed: past its time limit") and r["median_s"] is None
     assert r["step_times_s"] == [41.5, 38.25] and r["steps"] == 2
+    assert r["step_phases_s"] == [{"loss": 30.5, "backward": 11.0}, {}]
+
+
+def test_the_step_timer_splits_a_trainers_step_at_its_seams(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The phases of a step are the loss (compute_loss, wrapped), the backward, the optimizer and the rest, and they
+    add up to the step; the printed line reads back as the same figures."""
+    import time
+
+    class Trainer:  # the seams transformers' Trainer calls, in its order
+        def __init__(self) -> None:
+            self.callbacks: list[Any] = []
+
+        def add_callback(self, callback: Any) -> None:
+            self.callbacks.append(callback)
+
+        def compute_loss(self, *args: Any, **kwargs: Any) -> float:
+            time.sleep(0.02)
+            return 1.0
+
+        def step(self) -> None:
+            (timer,) = self.callbacks
+            timer.on_step_begin()
+            assert self.compute_loss() == 1.0
+            time.sleep(0.01)  # the backward
+            timer.on_pre_optimizer_step()
+            time.sleep(0.005)
+            timer.on_optimizer_step()
+            timer.on_step_end()
+
+    trainer = Trainer()
+    timer = step_timer.step_timer(trainer)
+    trainer.step()
+    (phases,) = timer.phases
+    assert set(phases) == {"loss", "backward", "optimizer", "rest"}
+    assert phases["loss"] >= 0.02 and phases["backward"] >= 0.01 and phases["optimizer"] >= 0.005
+    assert sum(phases.values()) == pytest.approx(timer.times[0], abs=1e-5)
+    log = tmp_path / "log"
+    log.write_text(capsys.readouterr().out)
+    ((seconds, read),) = step_timer.finished(log)
+    assert seconds == pytest.approx(timer.times[0], abs=1e-6) and read == pytest.approx(phases, abs=1e-6)
 
 
 def test_peak_hbm_past_the_chip_is_null_with_the_reason() -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from . import cli, isolate, kernel, memory, missing_ops
 from .records import ResultsFile, record
+from .step_timer import finished, step_timer
 from .timing import synchronize, timed
 from .tokenizer import byte_tokenizer
 
@@ -131,41 +132,6 @@ TRAINERS: dict[str, Callable[..., Any]] = {"sft": _sft(False), "sft-lora": _sft(
                                            "grpo": _grpo(False), "grpo-cb": _grpo(True)}
 
 
-STEP_LINE = "trl-steps: step done"
-"""The line a child's log gets at each optimizer step's end (its number, its seconds): a child killed past its time
-still has the steps it finished in its record (`finished_steps`)."""
-
-
-def finished_steps(log: Path) -> list[float]:
-    """The seconds of each step a child's log says it finished, in order."""
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    return [float(line.split()[-1]) for line in lines if line.startswith(STEP_LINE)]
-
-
-def _step_timer() -> Any:
-    """A TrainerCallback keeping each optimizer step's wall time, the device waited for at both ends."""
-    from transformers import TrainerCallback
-
-    class StepTimes(TrainerCallback):
-        def __init__(self) -> None:
-            self.times: list[float] = []
-            self._start = 0.0
-
-        def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
-            synchronize()
-            self._start = time.perf_counter()
-
-        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
-            synchronize()
-            self.times.append(time.perf_counter() - self._start)
-            print(f"{STEP_LINE} {len(self.times)} {self.times[-1]:.6f}", flush=True)  # read back if killed
-
-    return StepTimes()
-
-
 def train(case: str, impl: str, device: str, tiny: bool, steps: int, tokamax: Any) -> dict[str, Any]:
     """`case`'s trainer for `steps` steps under `impl`; the record's fields (raises on failure)."""
     import trl  # noqa: F401  (before use_fused_loss, as docs/trl.md says)
@@ -177,9 +143,8 @@ def train(case: str, impl: str, device: str, tiny: bool, steps: int, tokamax: An
         tokamax.use_fused_loss(net)
         dispatch = importlib.import_module(f"{tokamax.__name__}.integrations.trl.dispatch")
         counted = dict(dispatch.calls)
-    timer = _step_timer()
     trainer = TRAINERS[case](net, byte_tokenizer(), arguments(device, tiny, steps), tiny)
-    trainer.add_callback(timer)
+    timer = step_timer(trainer)
     memory.reset_peak()
     start = time.perf_counter()
     trainer.train()
@@ -189,7 +154,8 @@ def train(case: str, impl: str, device: str, tiny: bool, steps: int, tokamax: An
     logs = [e for e in trainer.state.log_history if "loss" in e]
     served = {k: v - counted.get(k, 0) for k, v in dispatch.calls.items()} if impl == "tokamax" else None
     out = {"median_s": statistics.median(times[1:]) if len(times) > 1 else (times[0] if times else None),
-           "first_step_s": times[0] if times else None, "step_times_s": times, "train_s": wall, "steps": len(times),
+           "first_step_s": times[0] if times else None, "step_times_s": times, "step_phases_s": timer.phases,
+           "train_s": wall, "steps": len(times),
            "loss_first": logs[0]["loss"] if logs else None, "loss_last": logs[-1]["loss"] if logs else None,
            "trained_on": str(next(trainer.model.parameters()).device), "attention": net.config._attn_implementation,
            "fused_head_calls": served, **memory.peak()}
@@ -274,9 +240,10 @@ def run(out_path: Path, commit: str, tiny: bool, *, cases: list[str] | None = No
             results.set("device", got["device"])
         failed = outcome.failure()
         if failed is not None:
-            done = finished_steps(outcome.log)
+            done = finished(outcome.log)
             if done:  # killed or failed after some steps: what they took (the first compiles)
-                failed = {**failed, "step_times_s": done, "steps": len(done)}
+                failed = {**failed, "step_times_s": [s for s, _ in done], "step_phases_s": [p for _, p in done],
+                          "steps": len(done)}
             results.add(record("trl", case, impl, pass_, None, **base, **failed))
             if outcome.stopped:
                 break
