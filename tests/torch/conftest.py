@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from types import ModuleType
 
 import pytest
@@ -22,3 +23,14 @@ def tokamax() -> ModuleType:
 @pytest.fixture(scope="session")
 def ops(tokamax) -> ModuleType:
     return tokamax.torch_ops
+
+
+@pytest.fixture(autouse=True)
+def _no_attached_chip_left_behind():
+    """A test that simulates a torch-tpu host (torch.tpu.get_device_name patched) has the Torch ops set the
+    process's answer for the attached chip (`emulation.answer_for_attached`); it is undone after each test, so
+    that the next one sees this host as it is (no TPU)."""
+    yield
+    for name, module in list(sys.modules.items()):
+        if name.endswith(".emulation") and hasattr(module, "forget_attached"):
+            module.forget_attached()

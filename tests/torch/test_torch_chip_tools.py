@@ -196,6 +196,21 @@ def test_torch_sdpa_is_torch_tpus_own_way_with_sdpa_attention() -> None:
     assert steps.build(m, "torch", "cpu", None).config._attn_implementation == "eager"
 
 
+def test_once_an_impl_fits_smaller_the_kernels_side_runs_at_that_size_next(tmp_path: Path) -> None:
+    """torch-tpu's sdpa fit Llama 3 8B at 1 layer of 4,096 tokens on the chip, eager attention at none: the kernel's
+    1-layer step, the pair that makes the ratio, comes before eager attention's smaller tries."""
+    script = FAKE.replace('elif config["impl"] == "tokamax" and config["model"] == "llama3_8b":', 'elif False:')
+    script = script.replace('config["impl"] == "torch" and config["model"] == "llama3_8b" and config["layers"] > 1:',
+                            '(config["impl"] == "torch-sdpa" and config["layers"] > 1) or config["impl"] == "torch":')
+    path = steps.run(tmp_path / "steps.json", "c0ffee", False, models=["llama3_8b"], tokens=[4096],
+                     impls=["tokamax", "torch-sdpa", "torch"],
+                     command=lambda config: [sys.executable, "-c", script, json.dumps(config)], config_timeout_s=30)
+    rows = [(r["case"], r["impl"], r["layers"], r["median_s"] is not None)
+            for r in json.loads(path.read_text())["records"]]
+    assert rows[:4] == [("llama3_8b/4096", "tokamax", 2, True), ("llama3_8b/4096", "torch-sdpa", 2, False),
+                        ("llama3_8b/4096", "torch-sdpa", 1, True), ("llama3_8b/4096", "tokamax", 1, True)]
+
+
 def test_out_of_hbm_at_one_layer_halves_the_tokens_then_the_other_impl_runs_at_that_size(tmp_path: Path) -> None:
     """torch-tpu's own path ran out of HBM at 1 layer of Llama 3 8B at 4,096 tokens: the fitting then halves the
     tokens, and the kernel's side runs again at the size that fit, for a ratio at one size."""

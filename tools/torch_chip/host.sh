@@ -20,7 +20,7 @@ if [ ! -d "$TORCH_CHIP_ROOT/site/torch" ]; then
     --index-url "$_tc_index" --find-links "${TORCH_CHIP_WHEELS:-/opt/wheels}" --target "$TORCH_CHIP_ROOT/site" \
     torch==2.13.0 || echo "torch-chip: torch did not install" >&2
 fi
-if [ ! -d "$TORCH_CHIP_ROOT/deps/portpicker" ]; then
+if [ ! -f "$TORCH_CHIP_ROOT/deps/portpicker.py" ]; then  # a module, not a folder
   # torch-tpu's own needs: the index has all but portpicker (carried: build/torch-chip/tpu-deps, from pack.py)
   PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-cache-dir --only-binary=:all: \
     --index-url "$_tc_index" --target "$TORCH_CHIP_ROOT/deps" absl-py tensorboard frozendict immutabledict pyzmq \

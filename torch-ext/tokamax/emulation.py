@@ -22,7 +22,8 @@ the chip is always chosen explicitly, never guessed from the host:
   ops of this package on a host without a TPU: `tokamax.hosts`): `TOKAMAX_CPU_CHIP`, else "v6e".
 - `EmulationWarning`: what those JAX ops say, once each, about the path they took on such a host.
 - `attached_chip()` is the chip torch-tpu runs on in this process, if any (the Torch ops trace for it;
-  tuning refuses to time candidates with JAX where torch-tpu holds the chip).
+  tuning refuses to time candidates with JAX where torch-tpu holds the chip); `answer_for_attached(chip)` has
+  `get_tpu_info()` describe it for lowerings outside any block (torch-tpu's exports lower after the trace).
 
 Chips: "v5e", "v5p", "v6e", "v7x". JAX keeps the chip table in a private module; it is reached through
 the function `pltpu.get_tpu_info` itself, so that both jax 0.10 and 0.12 work.
@@ -122,6 +123,35 @@ def _chip_info_factory(chip: str):  # noqa: ANN202 - () -> TpuInfo, one object p
     info = _tpu_info_module()
     version = getattr(info.ChipVersion, CHIPS[chip][1])
     return lambda: info.get_tpu_info_for_chip(version, 1)
+
+
+@functools.cache
+def _attached_info_factory(chip: str):  # noqa: ANN202 - () -> TpuInfo; another object than _chip_info_factory's
+    info = _tpu_info_module()
+    version = getattr(info.ChipVersion, CHIPS[chip][1])
+    return lambda: info.get_tpu_info_for_chip(version, 1)
+
+
+def answer_for_attached(chip: str) -> None:
+    """From now on in this process, where no emulation block is open, `pltpu.get_tpu_info()` on JAX's CPU device
+    describes `chip`, the TPU torch-tpu owns: its export of an op's JAX function lowers the Mosaic kernels after
+    the trace has left every block (`chip_for_tracing`'s included), and a kernel under a mesh of JAX's CPU device
+    (upstream's fused MoE takes a concrete mesh) would otherwise be lowered against the CPU ("Unsupported TPU device
+    kind: cpu", the v5e, 2026-12-06). Blocks still answer for their own chip and restore this on exit;
+    `current_chip()` stays None outside them. A no-op where something already answers for the CPU device."""
+    _check(chip)
+    info = _tpu_info_module()
+    if info.registry.get("cpu") is None:
+        info.registry["cpu"] = _attached_info_factory(chip)
+        _clear_cache(info)
+
+
+def forget_attached() -> None:
+    """Undoes `answer_for_attached` (tests that simulate a torch-tpu host)."""
+    info = _tpu_info_module()
+    if any(info.registry.get("cpu") is _attached_info_factory(chip) for chip in CHIPS):
+        info.registry.pop("cpu")
+        _clear_cache(info)
 
 
 def current_chip() -> str | None:

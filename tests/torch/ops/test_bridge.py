@@ -79,6 +79,67 @@ def test_on_a_torch_tpu_host_the_ops_take_the_attached_chips_table(ops, monkeypa
 
 
 @pytest.mark.kernels_ci
+def test_on_a_torch_tpu_host_fused_moe_exports_for_the_attached_chip(ops, tokamax, monkeypatch):
+    """Upstream's fused MoE shards over a concrete mesh, which in a Torch process is JAX's CPU device, and Mosaic
+    lowers its kernel after the trace has left `chip_for_tracing`'s block: on the v5e (2026-12-06) torch-tpu's
+    export failed there ("Unsupported TPU device kind: cpu"). The export torch-tpu makes (jax.export for "tpu", no
+    block open) lowers on a simulated v5e host, with the v5e's answers, and no block is left open after it."""
+    import jax
+    import jax.numpy as jnp
+
+    emulation = importlib.import_module(f"{tokamax.__name__}.emulation")
+    bridge = importlib.import_module(f"{ops.__name__}._bridge")
+    monkeypatch.setattr(torch.tpu, "get_device_name", lambda device=None: "TPU v5e")
+    bridge.attached_chip.cache_clear()
+    tokens, hidden, inter, experts = 32, 256, 256, 4
+    specs = (jax.ShapeDtypeStruct((tokens, hidden), jnp.bfloat16),
+             jax.ShapeDtypeStruct((experts, hidden, 2 * inter), jnp.bfloat16),
+             jax.ShapeDtypeStruct((experts, inter, hidden), jnp.bfloat16),
+             jax.ShapeDtypeStruct((tokens, experts), jnp.float32))
+    fn = ops.fused_moe_op._jax_fn
+    seen = []
+    real = emulation._attached_info_factory  # noqa: SLF001 - which chip the lowering asked after the trace
+
+    def spy(chip):  # noqa: ANN001, ANN202
+        seen.append(chip)
+        return real(chip)
+
+    try:
+        monkeypatch.setattr(emulation, "_attached_info_factory", spy)
+        with jax._src.config.export_ignore_forward_compatibility(True):  # as torch-tpu's jax_op exports
+            exported = jax.export.export(
+                jax.jit(lambda *a: fn(*a, None, None, None, None, 2, True, "silu", "")), platforms=["tpu"],
+                disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("ALL")])(*specs)
+        assert "tpu_custom_call" in exported.mlir_module()
+        assert seen and set(seen) == {"v5e"}
+        assert emulation.current_chip() is None
+    finally:
+        monkeypatch.undo()
+        bridge.attached_chip.cache_clear()
+
+
+@pytest.mark.kernels_ci
+def test_the_answer_for_the_attached_chip_yields_to_blocks_and_is_undone(tokamax):
+    """Outside any block, JAX's CPU device answers as the attached chip; an emulation block answers for its own
+    chip and gives the attached one back; `current_chip()` names only a block's chip."""
+    import jax.experimental.pallas.tpu as pltpu
+
+    emulation = importlib.import_module(f"{tokamax.__name__}.emulation")
+    with pytest.raises(ValueError, match="Unsupported TPU device kind: cpu"):
+        pltpu.get_tpu_info()
+    emulation.answer_for_attached("v5e")
+    try:
+        assert pltpu.get_tpu_info().chip_version.name == "TPU_V5E" and emulation.current_chip() is None
+        with emulation.emulated_chip("v6e"):
+            assert pltpu.get_tpu_info().chip_version.name == "TPU_V6E" and emulation.current_chip() == "v6e"
+        assert pltpu.get_tpu_info().chip_version.name == "TPU_V5E"
+    finally:
+        emulation.forget_attached()
+    with pytest.raises(ValueError, match="Unsupported TPU device kind: cpu"):
+        pltpu.get_tpu_info()
+
+
+@pytest.mark.kernels_ci
 def test_an_unknown_attached_tpu_is_an_error_not_a_guess(ops, monkeypatch):
     bridge = importlib.import_module(f"{ops.__name__}._bridge")
     monkeypatch.setattr(torch.tpu, "get_device_name", lambda device=None: "TPU v4")

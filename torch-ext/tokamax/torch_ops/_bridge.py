@@ -119,6 +119,8 @@ def chip_for_tracing(chip: str | None = None) -> Callable[[Callable[..., Any]], 
                 # upstream's Op would refuse it (its `supported_on`), but `cross_compile` skips that check
                 raise NotImplementedError(f"tokamax {fn.__name__.strip('_').removesuffix('_jax')}: upstream runs this "
                                           f"kernel on {chip} only; torch-tpu's TPU is {attached}")
+            if emulated is None and attached is not None:
+                emulation.answer_for_attached(attached)  # torch-tpu lowers the export after this block is left
             with contextlib.ExitStack() as stack:
                 stack.enter_context(emulation.emulated_chip(emulated or attached or chip or emulation.cpu_chip()))
                 stack.enter_context(ops.config.cross_compile(True))
