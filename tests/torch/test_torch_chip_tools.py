@@ -227,3 +227,27 @@ def test_out_of_hbm_at_one_layer_halves_the_tokens_then_the_other_impl_runs_at_t
         ("llama3_8b/2048", "tokamax", 1, True)]
     assert [r.get("tokens_cut_from") for r in records] == [None, None, None, 4096, 4096]
     assert steps._smaller("m", 1024, "torch", 1) is None  # not below MIN_FIT_TOKENS
+
+
+def _slow_body(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += i
+    __import__("time").sleep(0.05)
+    return total
+
+
+def test_line_times_split_one_functions_time_by_its_lines() -> None:
+    """Only the named function's lines are timed; a line's time includes what it calls (the sleep's line holds its
+    0.05 s), and its hits count each time it ran."""
+    from tools.torch_chip import line_times
+
+    with line_times.traced(f"{__name__}:_slow_body") as times:
+        assert _slow_body(3) == 3 and _slow_body(2) == 1
+    slowest = times.slowest()
+    assert "sleep(0.05)" in slowest[0]["source"] and slowest[0]["hits"] == 2
+    assert 0.1 <= slowest[0]["seconds"] < 0.5
+    assert {r["source"] for r in slowest} >= {"total += i", "return total"}
+    assert next(r for r in slowest if r["source"] == "total += i")["hits"] == 5
+    with line_times.traced(None) as nothing:
+        assert nothing is None

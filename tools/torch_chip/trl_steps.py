@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cli, isolate, kernel, memory, missing_ops
+from . import cli, isolate, kernel, line_times, memory, missing_ops
 from .records import ResultsFile, record
 from .step_timer import finished, step_timer
 from .timing import synchronize, timed
@@ -147,8 +147,9 @@ def train(case: str, impl: str, device: str, tiny: bool, steps: int, tokamax: An
     timer = step_timer(trainer)
     memory.reset_peak()
     start = time.perf_counter()
-    trainer.train()
-    synchronize()
+    with line_times.traced(os.environ.get(line_times.VARIABLE)) as lines:  # where a function's own lines go
+        trainer.train()
+        synchronize()
     wall = time.perf_counter() - start
     times = timer.times
     logs = [e for e in trainer.state.log_history if "loss" in e]
@@ -159,6 +160,8 @@ def train(case: str, impl: str, device: str, tiny: bool, steps: int, tokamax: An
            "loss_first": logs[0]["loss"] if logs else None, "loss_last": logs[-1]["loss"] if logs else None,
            "trained_on": str(next(trainer.model.parameters()).device), "attention": net.config._attn_implementation,
            "fused_head_calls": served, **memory.peak()}
+    if lines is not None:
+        out["line_times"] = {"function": os.environ[line_times.VARIABLE], "slowest": lines.slowest()}
     del trainer, net
     return out
 
