@@ -57,7 +57,7 @@ def test_every_file_is_whole_and_names_its_chip_stack_and_commit():
 @pytest.mark.parametrize("index", [0, 1])
 def test_the_bridge_records_agree_with_the_jax_side_they_were_compared_with(index):
     data = sorted(_load("bridge"), key=lambda d: d["started"])[index]
-    jax = {(r["case"], r["pass"]): r for r in data["jax_side"]}
+    jax = {(r["case"], r["pass"]): r for r in data["jax_side"] if r["impl"] == "jax"}
     assert data["jax_side"] and {r["pass"] for r in data["jax_side"]} == {"fwd", "fwd+bwd"}
     ours = [r for r in data["records"] if r["impl"].startswith("tokamax")]
     assert len(ours) >= 10

@@ -1,0 +1,25 @@
+"""The bridge's JAX side on this host (`--tiny` shapes, the kernels in Pallas TPU interpret mode): its one-program
+forward and backward, and the same two passes as two programs the way Torch's autograd runs them, with the same
+gradients (the cotangent of the float32 sum is ones either way)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tools.chip.load import package
+from tools.torch_chip import bridge
+from tools.torch_chip.records import open_results
+
+
+@pytest.mark.kernels_ci
+def test_the_two_programs_give_the_one_programs_gradients(tmp_path):
+    shapes = tuple(s for s in bridge.TINY if s.op == "grouped_matmul")[:1]
+    bridge.jax_side(package(), open_results(tmp_path / "bridge-jax.json", "bridge", "c0ffee", side="jax"), runs=2,
+                    shapes=shapes)
+    records = json.loads((tmp_path / "bridge-jax.json").read_text())["records"]
+    one = next(r for r in records if r["impl"] == "jax" and r["pass"] == "fwd+bwd")
+    two = next(r for r in records if r["impl"] == bridge.TWO_PROGRAMS)
+    assert two["median_s"] > 0 and two["pipelined_s"] > 0 and two["pass"] == "fwd+bwd"
+    assert two["grad_norms"] == pytest.approx(one["grad_norms"], rel=1e-6)
