@@ -68,6 +68,30 @@ def bridge(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def jaxside(data: dict[str, Any]) -> list[str]:
+    """A JAX side run alone (`python3 -m tools.torch_chip jax`), set beside the newest bridge's Torch op."""
+    bridges = [b for b in runs("bridge") if b["started"] < data["started"]]
+    torch_by = {r["case"]: r for r in (bridges[-1]["records"] if bridges else [])
+                if r["impl"] == "tokamax (torch)" and r["pass"] == "fwd+bwd"}
+    where = (f"the Torch op from `{bridges[-1]['file']}` (commit {bridges[-1]['commit']}, the same chip's earlier run)"
+             if bridges else "no Torch op run before it")
+    lines = [f"The JAX side alone (`{data['file']}`, commit {data['commit']}; forward and backward, medians of 10, ms, "
+             f"waited / pipelined), beside {where}:", "",
+             "| shape | JAX, one program | JAX, two programs | tokamax from Torch | x over two programs |",
+             "|---|---|---|---|---|"]
+    one = {r["case"]: r for r in data["records"] if r["impl"] == "jax" and r["pass"] == "fwd+bwd"}
+    for r in data["records"]:
+        if r["impl"] != TWO_PROGRAMS or r["median_s"] is None:
+            continue
+        ours, o = torch_by.get(r["case"], {}), one.get(r["case"], {})
+        pair = (f"{ours['median_s'] / r['median_s']:.3f} / {ours['pipelined_s'] / r['pipelined_s']:.3f}"
+                if ours.get("median_s") and ours.get("pipelined_s") else "-")
+        lines.append(f"| {r['case']} | {_ms(o.get('median_s'))} / {_ms(o.get('pipelined_s'))} | "
+                     f"{_ms(r['median_s'])} / {_ms(r['pipelined_s'])} | "
+                     f"{_ms(ours.get('median_s'))} / {_ms(ours.get('pipelined_s'))} | {pair} |")
+    return lines
+
+
 def _two_programs(jax: dict | None, ours: dict) -> str:
     if not jax or jax.get("median_s") is None or not ours.get("median_s"):
         return " - | - |"
@@ -185,7 +209,8 @@ def _s(r: dict) -> str:
 
 def render() -> str:
     lines = [BEGIN, ""]
-    for what, fn in (("bridge", bridge), ("traces", traces), ("mirror", mirror), ("trl", trl), ("steps", steps)):
+    for what, fn in (("bridge", bridge), ("jaxside", jaxside), ("traces", traces), ("mirror", mirror), ("trl", trl),
+                     ("steps", steps)):
         for data in runs(what):
             lines += fn(data) + [""]
     return "\n".join(lines + [END])
