@@ -125,7 +125,24 @@ TWO_PROGRAMS = "jax (fwd, then bwd: two programs)"
 backward another, its cotangent an array in HBM (ones, as the float32 sum's backward gives Torch's op). The JAX
 path's one program shares the two passes' prologues and folds the sum's cotangent (a splat) into the backward; the
 compiler's model on this host put OLMoE's pair at 1.106x that program, its backward alone equal to the Torch op's
-export (3.28 ms). Against this, the Torch op's ratio is the bridge's own cost."""
+export (3.28 ms). Against this, the Torch op's ratio is the bridge's own cost.
+
+Where the op's backward needs more than its inputs (`RESIDUALS`: splash's output and log-sum-exp), the forward
+program returns them (`jax.vjp` under `jit`: the pullback's residuals are arrays), as the Torch op's forward export
+does; the backward program takes them and does not recompute the forward. The grouped matmul's backward needs only
+its inputs, so its forward returns its output alone (a returned input would be a copy)."""
+
+RESIDUALS = ("attention",)
+
+
+def split_of(op: str, record: dict | None = None) -> str:
+    """What the two programs' backward takes (a record's `backward_takes`; dde9797's, without it, recomputed
+    splash's forward in its backward)."""
+    if record is not None and "backward_takes" in record:
+        return record["backward_takes"]
+    if op in RESIDUALS:
+        return "the forward's residuals" if record is None else "the inputs (recomputes the forward)"
+    return "the inputs"
 
 
 def _jax_two_programs(tk: Any, shape: Shape, args: tuple, out: Any, runs: int) -> None:
@@ -147,18 +164,29 @@ def _jax_two_programs(tk: Any, shape: Shape, args: tuple, out: Any, runs: int) -
         return jax.vjp(partial, *diff)[1](cotangent)
 
     backward = jax.jit(vjp)
+    if shape.op in RESIDUALS:
+        forward = jax.jit(lambda *operands: jax.vjp(fwd, *operands))  # (output, the pullback holding residuals)
+        pull = jax.jit(lambda pullback, cotangent: pullback(cotangent))
+
+        def run_backward(cotangent: Any) -> Any:
+            return pull(saved[1], cotangent)
+    else:
+        def run_backward(cotangent: Any) -> Any:
+            return backward(*args, cotangent)
     try:
         start = time.perf_counter()
-        result = forward(*args)
+        saved = forward(*args)
+        result = saved[0] if shape.op in RESIDUALS else saved
         cotangent = jnp.ones(result.shape, result.dtype)
-        grads = jax.block_until_ready(backward(*args, cotangent))
+        grads = jax.block_until_ready(run_backward(cotangent))
         first = time.perf_counter() - start
         names = list(inputs(shape))
         grad_norms = norms({names[i]: g for i, g in zip(argnums, grads, strict=True)})
 
         def both() -> Any:
-            forward(*args)
-            return backward(*args, cotangent)
+            nonlocal saved
+            saved = forward(*args)
+            return run_backward(cotangent)
 
         times = []
         for _ in range(runs):
@@ -173,7 +201,7 @@ def _jax_two_programs(tk: Any, shape: Shape, args: tuple, out: Any, runs: int) -
         median = statistics.median(times)
         out.add(record(shape.op, shape.case, TWO_PROGRAMS, "fwd+bwd", median, min_s=min(times), max_s=max(times),
                        runs=runs, first_s=round(first, 2), pipelined_s=piped, flops=shape.flops("fwd+bwd"),
-                       grad_norms=grad_norms))
+                       grad_norms=grad_norms, backward_takes=split_of(shape.op)))
         print(f"jax | {shape.case} | two programs | fwd+bwd: {median * 1e3:.2f} ms", flush=True)
     except Exception as e:  # noqa: BLE001  (recorded)
         out.add(record(shape.op, shape.case, TWO_PROGRAMS, "fwd+bwd", None, error=f"{type(e).__name__}: {e}"[:600]))

@@ -10,7 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from .bridge import TWO_PROGRAMS
+from .bridge import TWO_PROGRAMS, split_of
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = REPO / "benchmarks/measured/torch"
@@ -77,8 +77,9 @@ def jaxside(data: dict[str, Any]) -> list[str]:
              if bridges else "no Torch op run before it")
     lines = [f"The JAX side alone (`{data['file']}`, commit {data['commit']}; forward and backward, medians of 10, ms, "
              f"waited / pipelined), beside {where}:", "",
-             "| shape | JAX, one program | JAX, two programs | tokamax from Torch | x over two programs |",
-             "|---|---|---|---|---|"]
+             "| shape | JAX, one program | JAX, two programs | its backward takes | tokamax from Torch | "
+             "x over two programs |",
+             "|---|---|---|---|---|---|"]
     one = {r["case"]: r for r in data["records"] if r["impl"] == "jax" and r["pass"] == "fwd+bwd"}
     for r in data["records"]:
         if r["impl"] != TWO_PROGRAMS or r["median_s"] is None:
@@ -87,7 +88,7 @@ def jaxside(data: dict[str, Any]) -> list[str]:
         pair = (f"{ours['median_s'] / r['median_s']:.3f} / {ours['pipelined_s'] / r['pipelined_s']:.3f}"
                 if ours.get("median_s") and ours.get("pipelined_s") else "-")
         lines.append(f"| {r['case']} | {_ms(o.get('median_s'))} / {_ms(o.get('pipelined_s'))} | "
-                     f"{_ms(r['median_s'])} / {_ms(r['pipelined_s'])} | "
+                     f"{_ms(r['median_s'])} / {_ms(r['pipelined_s'])} | {split_of(r['op'], r)} | "
                      f"{_ms(ours.get('median_s'))} / {_ms(ours.get('pipelined_s'))} | {pair} |")
     return lines
 
