@@ -66,6 +66,7 @@ def main(argv: list[str]) -> int:
         out = open_results(args.out / "bridge.json", "bridge", args.commit)
         jax_records = bridge.read_jax(args.out / "bridge-jax.json")
         out.set("jax_side", jax_records)
+        out.set("jax_side_stack", bridge.read_jax_stack(args.out / "bridge-jax.json"))  # its libtpu may differ
         bridge.torch_side(tk, out, jax_records, runs=args.runs, device=args.device, shapes=shapes)
         return 0
     if args.what == "steps":

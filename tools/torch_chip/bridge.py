@@ -282,6 +282,11 @@ def torch_side(tk: Any, out: Any, jax_records: list[dict], runs: int = RUNS, dev
         del tensors
 
 
+def read_jax_stack(path: Path) -> dict:
+    """The JAX side's versions (libtpu among them: the JAX process may run on the host's or on torch-tpu's)."""
+    return json.loads(Path(path).read_text())["stack"] if Path(path).exists() else {}
+
+
 def read_jax(path: Path) -> list[dict]:
     """The JAX side's records (none where its file is missing: the Torch side then says so in its records)."""
     return json.loads(Path(path).read_text())["records"] if Path(path).exists() else []

@@ -31,7 +31,8 @@ def _ms(s: float | None) -> str:
 
 def bridge(data: dict[str, Any]) -> list[str]:
     split = any(r["impl"] == TWO_PROGRAMS for r in data["jax_side"])
-    lines = [f"Bridge (`{data['file']}`, commit {data['commit']}; medians of 10, ms; x: over the JAX path):", "",
+    lines = [f"Bridge (`{data['file']}`, commit {data['commit']}; Torch on {_libtpu(data)}, JAX on "
+             f"{_jax_libtpu(data)}; medians of 10, ms; x: over the JAX path):", "",
              "| op | shape | pass | JAX path | tokamax from Torch | x | x pipelined | custom op alone | "
              "torch.compile | torch-tpu's own | numerics |" + (" JAX as two programs | x over it |" if split else ""),
              "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if split else "")]
@@ -68,14 +69,27 @@ def bridge(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _jax_libtpu(data: dict[str, Any]) -> str:
+    """The libtpu a bridge's JAX side ran on: its own record's (`jax_side_stack`), else that of the same commit's
+    JAX side run alone last before it (a copy of the file the bridge read), else the host's."""
+    if "jax_side_stack" in data:
+        return f"libtpu {data['jax_side_stack'].get('libtpu', '?')}"
+    alone = [j for j in runs("jaxside") if j["commit"] == data["commit"] and j["started"] < data["started"]]
+    return f"libtpu {alone[-1]['stack'].get('libtpu', '?')}" if alone else "the host's libtpu (0.0.42)"
+
+
 def jaxside(data: dict[str, Any]) -> list[str]:
-    """A JAX side run alone (`python3 -m tools.torch_chip jax`), set beside the newest bridge's Torch op."""
-    bridges = [b for b in runs("bridge") if b["started"] < data["started"]]
+    """A JAX side run alone (`python3 -m tools.torch_chip jax`), set beside the same commit's bridge, else the newest
+    bridge before it."""
+    bridges = ([b for b in runs("bridge") if b["commit"] == data["commit"]]
+               or [b for b in runs("bridge") if b["started"] < data["started"]])
     torch_by = {r["case"]: r for r in (bridges[-1]["records"] if bridges else [])
                 if r["impl"] == "tokamax (torch)" and r["pass"] == "fwd+bwd"}
-    where = (f"the Torch op from `{bridges[-1]['file']}` (commit {bridges[-1]['commit']}, the same chip's earlier run)"
+    where = (f"the Torch op from `{bridges[-1]['file']}` (commit {bridges[-1]['commit']}, {_libtpu(bridges[-1])})"
              if bridges else "no Torch op run before it")
-    lines = [f"The JAX side alone (`{data['file']}`, commit {data['commit']}; forward and backward, medians of 10, ms, "
+    lines = [f"The JAX side alone (`{data['file']}`, commit {data['commit']}, libtpu {data['stack'].get('libtpu')}; "
+             "forward and backward, "
+             "medians of 10, ms, "
              f"waited / pipelined), beside {where}:", "",
              "| shape | JAX, one program | JAX, two programs | its backward takes | tokamax from Torch | "
              "x over two programs |",
