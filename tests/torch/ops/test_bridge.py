@@ -176,3 +176,59 @@ def test_on_a_torch_tpu_host_an_op_for_another_chip_is_refused(ops, monkeypatch)
     finally:
         monkeypatch.undo()
         bridge.attached_chip.cache_clear()
+
+
+@pytest.mark.kernels_ci
+def test_upstreams_own_supported_on_names_the_chips_each_partial_op_runs_on(ops):
+    """Read from upstream's classes, not written down here: the SparseCore's gather needs a SparseCore (v5p and
+    newer), the others TPU generation 6 and newer."""
+    bridge = importlib.import_module(f"{ops.__name__}._bridge")
+    assert bridge.upstream_chips("ProjAndSaveState") == ("v6e", "v7x")
+    assert bridge.upstream_chips("RouterTopK") == ("v6e", "v7x")
+    assert bridge.upstream_chips("CausalConv1dGatedDeltaRule") == ("v6e", "v7x")
+    assert bridge.upstream_chips("CsaGather") == ("v5p", "v6e", "v7x")
+    assert bridge.upstream_chips("RaggedDot") == ("v5e", "v5p", "v6e", "v7x")
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize(("family", "fn", "op", "runs_on"), [
+    ("proj_and_save_state", "_proj_jax", "proj_and_save_state", "v6e, v7x"),
+    ("router_topk", "_router_topk_jax", "router_topk", "v6e, v7x"),
+    ("causal_conv1d_gated_delta_rule", "_gdn_jax", "causal_conv1d_gated_delta_rule", "v6e, v7x"),
+    ("csa_gather", "_csa_gather_jax", "csa_gather", "v5p, v6e, v7x"),
+])
+def test_on_a_v5e_torch_tpu_host_an_op_upstream_does_not_run_there_is_refused_before_the_compiler(
+        ops, monkeypatch, family, fn, op, runs_on):
+    """Cross-compiling skips upstream's device check; on the v5e's torch-tpu, proj_and_save_state reached Mosaic and
+    failed there ("Regular semaphores in EnqueueDMA are not supported on this target", 6c78e5c's mirror) and
+    csa_gather stopped in an assertion. The bridge asks upstream's `supported_on` for the attached chip first."""
+    bridge = importlib.import_module(f"{ops.__name__}._bridge")
+    monkeypatch.setattr(torch.tpu, "get_device_name", lambda device=None: "TPU v5e")
+    bridge.attached_chip.cache_clear()
+    try:
+        jax_fn = getattr(ops.families[family], fn)
+        with pytest.raises(NotImplementedError, match=rf"^tokamax {op}: upstream runs this kernel on {runs_on} only "
+                                                      r"\(its `supported_on`\); torch-tpu's TPU is v5e"):
+            jax_fn(*([None] * 8))  # refused before any argument is looked at
+    finally:
+        monkeypatch.undo()
+        bridge.attached_chip.cache_clear()
+
+
+@pytest.mark.kernels_ci
+def test_on_a_v6e_torch_tpu_host_router_topk_still_exports(ops, monkeypatch):
+    """The check refuses only where upstream does: on a simulated v6e host the op exports for the TPU."""
+    import jax
+    import jax.numpy as jnp
+
+    bridge = importlib.import_module(f"{ops.__name__}._bridge")
+    monkeypatch.setattr(torch.tpu, "get_device_name", lambda device=None: "TPU v6e")
+    bridge.attached_chip.cache_clear()
+    try:
+        fn = ops.families["router_topk"]._router_topk_jax
+        exported = jax.export.export(jax.jit(lambda s: fn(s, 2)), platforms=["tpu"])(
+            jax.ShapeDtypeStruct((64, 8), jnp.float32))
+        assert "tpu_custom_call" in exported.mlir_module()
+    finally:
+        monkeypatch.undo()
+        bridge.attached_chip.cache_clear()  # the chip's process-wide answer: the autouse fixture forgets it

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -98,7 +99,20 @@ def register(name: str, jax_fn: Callable[..., Any], *, no_cpu: str | None = None
     return _tuned.TunedOp(op, name, jax_fn, appends=tuned)
 
 
-def chip_for_tracing(chip: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def upstream_chips(upstream: str) -> tuple[str, ...]:
+    """The chips upstream's Pallas class `upstream` (a name in `ops.tpu`) runs on: its own `supported_on`, asked of
+    a stand-in TPU device while each chip answers `get_tpu_info()` (generation, SparseCore)."""
+    cls = getattr(ops.tpu, upstream)
+    chips = []
+    for chip in sorted(emulation.CHIPS):
+        with emulation.emulated_chip(chip):
+            if cls().supported_on(types.SimpleNamespace(platform="tpu", device_kind=chip)):
+                chips.append(chip)
+    return tuple(chips)
+
+
+def chip_for_tracing(chip: str | None = None, *, upstream: str | None = None,
+                     op: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Tells tiling code and upstream's Op which TPU chip the JAX function is traced for.
 
     Where JAX sees a TPU, that chip answers and nothing changes. Elsewhere (torch-tpu's compile-only
@@ -107,7 +121,10 @@ def chip_for_tracing(chip: str | None = None) -> Callable[[Callable[..., Any]], 
     the one torch-tpu runs on (`attached_chip`), `chip` (an op upstream runs on one chip only), or
     `emulation.cpu_chip()`. When torch-tpu's TPU is the answer (its export for the TPU), the chip's
     abstract mesh is set too, so upstream's Op finds that chip's autotuning table, and an op upstream
-    runs on `chip` only is refused on another TPU, as upstream's device check would.
+    runs on `chip` only is refused on another TPU, as upstream's device check would. `upstream` (its
+    Pallas class in `ops.tpu`) and `op` (the name a refusal gives): the same for an op upstream runs on
+    some chips, by its own `supported_on` (proj_and_save_state reached Mosaic on the v5e and failed
+    there: "Regular semaphores in EnqueueDMA are not supported on this target").
     """
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
@@ -119,6 +136,12 @@ def chip_for_tracing(chip: str | None = None) -> Callable[[Callable[..., Any]], 
                 # upstream's Op would refuse it (its `supported_on`), but `cross_compile` skips that check
                 raise NotImplementedError(f"tokamax {fn.__name__.strip('_').removesuffix('_jax')}: upstream runs this "
                                           f"kernel on {chip} only; torch-tpu's TPU is {attached}")
+            if emulated is None and attached is not None and upstream is not None:
+                runs_on = upstream_chips(upstream)
+                if attached not in runs_on:
+                    raise NotImplementedError(f"tokamax {op or upstream}: upstream runs this kernel on "
+                                              f"{', '.join(runs_on) or 'no chip this build knows'} only (its "
+                                              f"`supported_on`); torch-tpu's TPU is {attached}")
             if emulated is None and attached is not None:
                 emulation.answer_for_attached(attached)  # torch-tpu lowers the export after this block is left
             with contextlib.ExitStack() as stack:

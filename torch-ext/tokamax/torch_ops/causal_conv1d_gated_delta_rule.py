@@ -24,7 +24,7 @@ _NO_CPU = ("the kernel reads its VMEM qkv and state buffers through flattening `
 
 
 # ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
-@chip_for_tracing()
+@chip_for_tracing(upstream="CausalConv1dGatedDeltaRule", op=_OP)
 def _gdn_jax(qkv: jax.Array, b: jax.Array, a: jax.Array, conv_state: jax.Array, recurrent_state: jax.Array,
              conv_weight: jax.Array, conv_bias: jax.Array | None, a_log: jax.Array, dt_bias: jax.Array,
              query_start_loc: jax.Array, state_indices: jax.Array, distribution: jax.Array, seq_lens: jax.Array,

@@ -22,7 +22,7 @@ NO_CPU = ("its SparseCore gather DMAs index with a vector of rows, which the int
 
 
 # ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
-@chip_for_tracing()
+@chip_for_tracing(upstream="CsaGather", op="csa_gather")
 def _csa_gather_jax(nope_cache: jax.Array, rope_cache: jax.Array, indices: jax.Array,
                     num_valid_indices: jax.Array | None, top_k: int) -> tuple[jax.Array, jax.Array]:
     return ops.csa_gather(nope_cache, rope_cache, indices, num_valid_indices, top_k=top_k,

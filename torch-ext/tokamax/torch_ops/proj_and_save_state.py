@@ -25,7 +25,7 @@ _NO_CPU = ("the kernel loads its f32 accumulator through a `ref.reshape(-1, 128)
 
 
 # ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
-@chip_for_tracing()
+@chip_for_tracing(upstream="ProjAndSaveState", op=_OP)
 def _proj_jax(hidden_states: jax.Array, wkv_wgate: jax.Array, ape: jax.Array, positions: jax.Array,
               slot_mapping: jax.Array, cache: jax.Array, compress_ratio: int) -> jax.Array:
     return ops.proj_and_save_state(hidden_states, wkv_wgate, ape, positions, slot_mapping, cache,

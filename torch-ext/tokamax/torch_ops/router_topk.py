@@ -20,7 +20,7 @@ _SCORE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # upstream's; ca
 
 
 # ---- The JAX side (annotated: jax_op derives the Torch schema from them) ----------------------
-@chip_for_tracing()
+@chip_for_tracing(upstream="RouterTopK", op="router_topk")
 def _router_topk_jax(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     weights, indices = ops.router_topk(scores, k, implementation="mosaic_tpu")
     return weights, indices
