@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .bridge import TWO_PROGRAMS, split_of
+from .impls import GIVEN
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = REPO / "benchmarks/measured/torch"
@@ -31,11 +32,14 @@ def _ms(s: float | None) -> str:
 
 def bridge(data: dict[str, Any]) -> list[str]:
     split = any(r["impl"] == TWO_PROGRAMS for r in data["jax_side"])
+    given = split and any(r["impl"] == GIVEN for r in data["records"])
     lines = [f"Bridge (`{data['file']}`, commit {data['commit']}; Torch on {_libtpu(data)}, JAX on "
              f"{_jax_libtpu(data)}; medians of 10, ms; x: over the JAX path):", "",
              "| op | shape | pass | JAX path | tokamax from Torch | x | x pipelined | custom op alone | "
-             "torch.compile | torch-tpu's own | numerics |" + (" JAX as two programs | x over it |" if split else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if split else "")]
+             "torch.compile | torch-tpu's own | numerics |" + (" JAX as two programs | x over it |" if split else "")
+             + (" cotangent given (x over two programs) |" if given else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if split else "")
+             + ("---|" if given else "")]
     rows: dict[tuple[str, str, str], dict[str, dict]] = defaultdict(dict)
     for r in data["jax_side"]:
         rows[(r["op"], r["case"], r["pass"])][r["impl"]] = r
@@ -53,7 +57,9 @@ def bridge(data: dict[str, Any]) -> list[str]:
                      f"{'-' if piped is None else f'{piped:.3f}'} | "
                      f"{_ms(by.get('tokamax (torch, custom op alone)', {}).get('median_s'))} | "
                      f"{_ms(by.get('tokamax (torch.compile)', {}).get('median_s'))} | {own_text} | "
-                     f"{ours.get('numerics', '-')} |" + (_two_programs(by.get(TWO_PROGRAMS), ours) if split else ""))
+                     f"{ours.get('numerics', '-')} |" + (_two_programs(by.get(TWO_PROGRAMS), ours,
+                                                                        by.get(GIVEN, {}) if given else None)
+                                                         if split else ""))
     if split:
         lines += ["", "JAX as two programs: the JAX side's forward jitted alone, then its backward with the cotangent "
                   "an array, as Torch's autograd runs the op (the JAX path shares the two passes' work in one program "
@@ -107,13 +113,19 @@ def jaxside(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _two_programs(jax: dict | None, ours: dict) -> str:
+def _two_programs(jax: dict | None, ours: dict, given: dict | None = None) -> str:
     if not jax or jax.get("median_s") is None or not ours.get("median_s"):
-        return " - | - |"
+        return " - | - |" + (" - |" if given is not None else "")
     ratio = ours["median_s"] / jax["median_s"]
     piped = (f" / {ours['pipelined_s'] / jax['pipelined_s']:.3f}" if ours.get("pipelined_s") and jax.get("pipelined_s")
              else "")
-    return f" {_ms(jax['median_s'])} | {ratio:.3f}{piped} |"
+    text = f" {_ms(jax['median_s'])} | {ratio:.3f}{piped} |"
+    if given is not None:  # the Torch op with its cotangent given (torch_ways.GIVEN), over the same two programs
+        g = given.get("median_s")
+        text += (" - |" if not g else f" {_ms(g)} ({g / jax['median_s']:.3f}" + (
+            f" / {given['pipelined_s'] / jax['pipelined_s']:.3f}" if given.get("pipelined_s") and
+            jax.get("pipelined_s") else "") + ") |")
+    return text
 
 
 def traces(data: dict[str, Any]) -> list[str]:

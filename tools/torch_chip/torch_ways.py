@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from tools.chip.check import RELATIVE
 
+from .impls import GIVEN
 from .records import record
 from .timing import timed
 
@@ -65,7 +66,8 @@ class Way:
         if self.pass_ == "fwd":
             return {"out_norm": float(result.double().norm())}
         loss, grads = result
-        return {"loss": float(loss), "grad_norms": {k: float(g.double().norm()) for k, g in grads.items()}}
+        norms = {"grad_norms": {k: float(g.double().norm()) for k, g in grads.items()}}
+        return norms if loss is None else {"loss": float(loss), **norms}
 
 
 def _compare(figures: dict, jax_rec: dict) -> dict:
@@ -103,6 +105,21 @@ def _grad_of(names: tuple[str, ...], fn: Callable[..., torch.Tensor], tensors: d
     return call, tuple(leaves.values())
 
 
+def _grad_given(names: tuple[str, ...], fn: Callable[..., torch.Tensor], tensors: dict[str, torch.Tensor]
+                ) -> tuple[Callable[[], Any], tuple[torch.Tensor, ...]]:
+    leaves = {k: tensors[k].detach().clone().requires_grad_(True) for k in names}
+    args = {k: leaves.get(k, v) for k, v in tensors.items()}
+    made: dict[str, torch.Tensor] = {}
+
+    def call() -> Any:
+        out = fn(**args)
+        if "cotangent" not in made:  # the first (untimed) call makes it
+            made["cotangent"] = torch.ones_like(out)
+        out.backward(made["cotangent"])
+        return None, {k: t.grad for k, t in leaves.items()}
+    return call, tuple(leaves.values())
+
+
 def ways(tk: Any, shape: Any, tensors: dict[str, torch.Tensor]) -> Iterator[Way]:
     """Each way of `shape`. Not torch-tpu's DEFER_AND_FUSE eager mode: under it `torch.accelerator.synchronize()`
     returns before the deferred work has run (measured on the v5e: a 10.6 ms grouped matmul "took" 0.26 ms, and a
@@ -126,6 +143,7 @@ def _ways(tk: Any, shape: Any, tensors: dict[str, torch.Tensor]) -> Iterator[Way
         yield Way("tokamax (torch, custom op alone)", "fwd", lambda: family.gmm_op(
             tensors["lhs"], tensors["rhs"], tensors["group_sizes"], False, token))
         yield Way("tokamax (torch)", "fwd+bwd", *_grad_of(("lhs", "rhs"), ours, tensors))
+        yield Way(GIVEN, "fwd+bwd", *_grad_given(("lhs", "rhs"), ours, tensors))
         yield Way("tokamax (torch.compile)", "fwd+bwd", *_grad_of(("lhs", "rhs"), torch.compile(ours), tensors))
         yield Way("torch-tpu (per-expert loop)", "fwd+bwd", *_grad_of(("lhs", "rhs"), loop, tensors))
     elif shape.op == "attention":
@@ -145,6 +163,7 @@ def _ways(tk: Any, shape: Any, tensors: dict[str, torch.Tensor]) -> Iterator[Way
 
         yield Way("tokamax (torch)", "fwd", lambda: ours(**tensors))
         yield Way("tokamax (torch)", "fwd+bwd", *_grad_of(("q", "k", "v"), ours, tensors))
+        yield Way(GIVEN, "fwd+bwd", *_grad_given(("q", "k", "v"), ours, tensors))
         yield Way("tokamax (torch.compile)", "fwd+bwd", *_grad_of(("q", "k", "v"), torch.compile(ours), tensors))
         yield Way("torch-tpu (sdpa)", "fwd+bwd", *_grad_of(("q", "k", "v"), sdpa, tensors))
         yield Way("torch-tpu (eager attention)", "fwd+bwd", *_grad_of(("q", "k", "v"), eager, tensors))
