@@ -251,3 +251,19 @@ def test_line_times_split_one_functions_time_by_its_lines() -> None:
     assert next(r for r in slowest if r["source"] == "total += i")["hits"] == 5
     with line_times.traced(None) as nothing:
         assert nothing is None
+
+
+@pytest.mark.parametrize("case", ["generate", "generate-static"])
+def test_the_rollouts_use_the_cache_their_case_names(case: str) -> None:
+    """GRPO's rollouts on the dynamic cache GRPO uses, and on a static one (every decode step the same shapes:
+    what separates torch-tpu's per-step eager work from the kernel's on the chip). A tiny model on the CPU."""
+    from unittest import mock
+
+    import transformers
+
+    cache = "static" if case == "generate-static" else "dynamic"
+    real = transformers.StaticCache.__init__
+    with mock.patch.object(transformers.StaticCache, "__init__", autospec=True, side_effect=real) as made:
+        out = trl_steps.rollouts("trl", "cpu", True, cache)
+    assert out["cache"] == cache and out["new_tokens"] == 8 and out["tokens_per_s"] > 0
+    assert made.called == (cache == "static"), made.call_count

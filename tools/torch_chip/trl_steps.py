@@ -5,7 +5,7 @@ torch tiles), and GRPO's rollouts through `generate` alone. Per case: each step'
 the fused-head calls the kernel served, the device the model trained on. A Qwen3 from a config (random weights; a
 byte-level tokenizer built here; in-memory datasets), bf16 on the chip.
 
-    python3 -m tools.torch_chip trl --out DIR [--cases sft,sft-lora,dpo,grpo,generate] [--steps 4]
+    python3 -m tools.torch_chip trl --out DIR [--cases sft,sft-lora,dpo,grpo,generate,generate-static] [--steps 4]
         [--budget-s 420] [--config-timeout-s 240] [--stop-s S]
 
 Every case and impl runs in a child process of its own (`isolate`), the kernel's side of a case first, and is a
@@ -35,7 +35,7 @@ from .timing import synchronize, timed
 from .tokenizer import byte_tokenizer
 
 IMPLS = ("trl", "tokamax")
-CASES = ("sft", "sft-lora", "dpo", "grpo", "grpo-cb", "generate")
+CASES = ("sft", "sft-lora", "dpo", "grpo", "grpo-cb", "generate", "generate-static")
 TEXTS = ["Splash attention reads only the blocks a mask keeps.", "Short.", "tpu kernels from torch",
          "the fused head never forms the logits", "grouped matmuls for the experts", "one more line of text",
          "abc def ghi", "hello world, said the kernel"]
@@ -166,8 +166,10 @@ def train(case: str, impl: str, device: str, tiny: bool, steps: int, tokamax: An
     return out
 
 
-def rollouts(impl: str, device: str, tiny: bool) -> dict[str, Any]:
-    """GRPO's rollouts alone: `generate` of 2 prompts x 2 samples, `new` tokens each (sampling), timed."""
+def rollouts(impl: str, device: str, tiny: bool, cache: str = "dynamic") -> dict[str, Any]:
+    """GRPO's rollouts alone: `generate` of 2 prompts x 2 samples, `new` tokens each (sampling), timed. `cache`:
+    transformers' dynamic cache (GRPO's; its keys grow a token a step, so each step's eager ops on them have a new
+    shape), or a static one (`generate-static`: every step the same shapes, the kernel's cache unpadded)."""
     import torch
 
     net = make_model(impl, device, tiny).eval()
@@ -176,9 +178,11 @@ def rollouts(impl: str, device: str, tiny: bool) -> dict[str, Any]:
     new = 8 if tiny else 64
     with torch.no_grad():
         t = timed(lambda: net.generate(**batch, max_new_tokens=new, do_sample=True, temperature=0.9,
-                                       num_return_sequences=2, pad_token_id=1), runs=2 if tiny else 3, warmup=0)
+                                       num_return_sequences=2, pad_token_id=1,
+                                       **({"cache_implementation": "static"} if cache == "static" else {})),
+                  runs=2 if tiny else 3, warmup=0)
     return {"median_s": t.median_s, "first_step_s": t.first_s, "new_tokens": new, "sequences": 4,
-            "tokens_per_s": 4 * new / t.median_s, "attention": net.config._attn_implementation}
+            "tokens_per_s": 4 * new / t.median_s, "attention": net.config._attn_implementation, "cache": cache}
 
 
 def child_main(argv: list[str]) -> int:
@@ -195,8 +199,8 @@ def child_main(argv: list[str]) -> int:
             os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "tpu")  # accelerate knows no torch-tpu device otherwise
             context["substituted_ops"] = missing_ops.register()
         tokamax = kernel.bundle() if impl == "tokamax" else None
-        if case == "generate":
-            fields = rollouts(impl, device, tiny)
+        if case.startswith("generate"):
+            fields = rollouts(impl, device, tiny, "static" if case == "generate-static" else "dynamic")
         else:
             fields = train(case, impl, device, tiny, config["steps"], tokamax)
     except Exception as e:  # noqa: BLE001  (a refusal or a missing package is the answer)
@@ -228,7 +232,7 @@ def run(out_path: Path, commit: str, tiny: bool, *, cases: list[str] | None = No
     steps = steps or (2 if tiny else 4)
     for case, impl in plan(cases or list(CASES), impls or list(IMPLS)):
         base = dict(steps_asked=steps)
-        pass_ = "generate" if case == "generate" else "step"
+        pass_ = "generate" if case.startswith("generate") else "step"
         refusal = clock.refusal()
         if refusal:
             results.add(record("trl", case, impl, pass_, None, **base, error=refusal))
