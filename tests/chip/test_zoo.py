@@ -281,6 +281,28 @@ def test_the_tables_read_a_run(tmp_path):
     assert "| Llama 3.1 8B | 1.40x (1) |" in text
 
 
+def test_the_tables_compare_calls_issued_back_to_back_where_a_run_has_them(tmp_path):
+    """At prefill sizes a waited call is mostly the host's dispatch and wait: where the records carry the calls issued
+    back to back (`pipelined_s`), those are compared and pick the fastest alternative; older records compare medians."""
+    case = "32/8 heads of 128, 256 tokens, causal"
+
+    def record(impl: str, median: float, pipelined: float | None) -> dict:
+        r = {"op": "attention", "case": case, "impl": impl, "pass": "fwd", "median_s": median, "compile_s": 1.0,
+             "flops": 1.0, "first_run_s": 0.001}
+        return r | ({"pipelined_s": pipelined} if pipelined else {})
+
+    for pipelined, best, ratio in ((True, "xla", 0.2 / 0.1), (False, "jax splash", 0.55 / 0.6)):
+        run = {"what": "zoo", "chip": "TPU v5 lite", "jax": "0.10.2", "commit": "0" * 40, "started": "2027-01-01",
+               "zoo": {}, "records": [record("tokamax", 0.6, 0.1 if pipelined else None),
+                                      record("jax splash (256 blocks, fused bwd)", 0.55, 0.3 if pipelined else None),
+                                      record("xla", 0.58, 0.2 if pipelined else None)]}
+        path = tmp_path / f"v5e-2027-01-01-zoo-{int(pipelined)}-0000000.json"
+        path.write_text(json.dumps(run))
+        (row,) = table.compared([path])
+        assert row.best["impl"].startswith(best) and row.ratio == pytest.approx(ratio)
+        assert f"{1 - int(pipelined)} of the runs predate" in table.render([path])
+
+
 def test_a_batched_run_times_each_batch_after_compiling_it():
     """`run(..., batch=)` (the zoo's commands): every workload recorded in order, its first call timed."""
     import jax.numpy as jnp
@@ -291,9 +313,12 @@ def test_a_batched_run_times_each_batch_after_compiling_it():
     made = [Workload("op", f"case {i}", "impl", "fwd", lambda i=i: (lambda x: x * i, (jnp.ones(4),)), 1.0)
             for i in range(5)]
     seen = []
-    run(made, lambda w, m, c, e: seen.append((w.case, e, m.first_run_s)), jobs=2, runs=1, warmup=1, batch=2)
+    measured = []
+    run(made, lambda w, m, c, e: (seen.append((w.case, e, m.first_run_s)), measured.append(m)), jobs=2, runs=1,
+        warmup=1, batch=2)
     assert [s[0] for s in seen] == [w.case for w in made]
     assert all(error is None and first is not None for _, error, first in seen)
+    assert all(m.pipelined_s > 0 for m in measured)
 
 
 def test_the_header_says_whether_first_calls_met_jaxs_persistent_cache(tmp_path):

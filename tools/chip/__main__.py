@@ -62,6 +62,8 @@ def _bench(tk, out: ResultsFile, modules: list, jobs: int, runs: int, impls: set
                 r["assigned_temp_bytes"] = m.assigned_temp_bytes
             if m.first_run_s is not None:
                 r["first_run_s"] = m.first_run_s
+            if m.pipelined_s is not None:
+                r["pipelined_s"] = m.pipelined_s
             print(f"{w.op} | {w.case} | {w.impl} | {w.pass_}: {m.median_s * 1e3:.2f} ms "
                   f"({m.min_s * 1e3:.2f}-{m.max_s * 1e3:.2f}), {r['tflops']:.0f} TFLOP/s, "
                   f"{m.peak_bytes / 2**30:.2f} GiB, assigned temporaries "

@@ -19,13 +19,15 @@ import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 
+from ..measure import PIPELINED_BELOW_S
 from . import memory
 from .models import MODELS, Model
 from .shapes import TOKENS, Attention, Call, Distill, Experts, calls
 
 PEAK = 165e12  # the v5e's measured bf16 matmul rate (an 8192-cube dot, docs/benchmarks.md)
 HBM_RATE = 590e9  # its measured HBM copy rate
-CALLS = 12  # 2 warm-up calls and 10 timed (tools.chip bench's default)
+CALLS = 12  # 2 warm-up calls and 10 timed, each waited for (tools.chip bench's default)
+PIPELINED_CALLS = 10  # then 10 issued back to back, for calls under tools.chip.measure.PIPELINED_BELOW_S
 COMPILE_AT_ONCE = 3  # six compiles at a time on the host's 13 cores, which share its Python and memory: about three
 MAKE_S = 0.3  # the inputs made on the chip, per workload
 FLOOR_S = 2e-4  # a call's dispatch and launch where the work is nothing
@@ -97,7 +99,8 @@ class Entry:
         compile_s = compile_s[self.op] if isinstance(compile_s, dict) else compile_s
         rate = PEAK * (XLA_EFFICIENCY[self.op] if self.way == "xla" else EFFICIENCY[self.way])
         call_s = max(FLOOR_S, self.flops / rate, memory.need(self.call, self.way, self.pass_) / HBM_RATE)
-        return compile_s / COMPILE_AT_ONCE + CALLS * call_s + MAKE_S
+        calls = CALLS + (PIPELINED_CALLS if call_s < PIPELINED_BELOW_S else 0)
+        return compile_s / COMPILE_AT_ONCE + calls * call_s + MAKE_S
 
 
 def _gib(b: float) -> str:
