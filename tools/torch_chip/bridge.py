@@ -117,6 +117,8 @@ def jax_side(tk: Any, out: Any, runs: int = RUNS, shapes: tuple[Shape, ...] = SH
                 print(f"jax | {shape.case} | {pass_}: {type(e).__name__}: {e}"[:300], flush=True)
         if shape.op != "lm_head_loss":
             _jax_two_programs(tk, shape, tuple(arrays.values()), out, runs)
+        else:
+            _jax_scaled_head(tk, shape, tuple(arrays.values()), out, runs)
         del arrays
 
 
@@ -205,6 +207,39 @@ def _jax_two_programs(tk: Any, shape: Shape, args: tuple, out: Any, runs: int) -
         print(f"jax | {shape.case} | two programs | fwd+bwd: {median * 1e3:.2f} ms", flush=True)
     except Exception as e:  # noqa: BLE001  (recorded)
         out.add(record(shape.op, shape.case, TWO_PROGRAMS, "fwd+bwd", None, error=f"{type(e).__name__}: {e}"[:600]))
+
+
+SCALED = "jax (the loss / rows under jax.grad)"
+"""The LM head's JAX path as training differentiates it: `lm_head.loss` divided by the rows (transformers' mean over
+its tokens) under `jax.grad`, so dW's float32 sum is scaled by a cotangent other than 1 and rounded once: the pass
+the Torch op's backward always makes (autograd gives it the cotangent only then), which the JAX side's direct call,
+its cotangent the constant 1, folds away. The gradients are 1 / rows the sum's; rows is a power of two, so scaled back
+their norms are the sum's."""
+
+
+def _jax_scaled_head(tk: Any, shape: Shape, args: tuple, out: Any, runs: int) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from tools.chip.measure import measure
+
+    rows = args[0].shape[0]
+
+    def grads(x, w, t):  # noqa: ANN001, ANN202
+        weights = jnp.ones(t.shape, jnp.float32)
+        return jax.grad(lambda x, w: tk.lm_head.loss.loss(x, w, t, weights) / rows, argnums=(0, 1))(x, w)
+    try:
+        m = measure(grads, args, runs=runs)
+        dx, dw = jax.jit(grads)(*args)
+        grad_norms = {k: v * rows for k, v in norms({"x": dx, "w": dw}).items()}
+        del dx, dw
+        out.add(record(shape.op, shape.case, SCALED, "fwd+bwd", m.median_s, min_s=m.min_s, max_s=m.max_s,
+                       runs=m.runs, first_s=round(m.compile_s, 2), pipelined_s=pipelined(jax.jit(grads), args, runs),
+                       flops=shape.flops("fwd+bwd"), grad_norms=grad_norms,
+                       backward_takes="the cotangent 1 / rows (dW scaled and rounded once)"))
+        print(f"jax | {shape.case} | loss / rows under jax.grad | fwd+bwd: {m.median_s * 1e3:.2f} ms", flush=True)
+    except Exception as e:  # noqa: BLE001  (recorded)
+        out.add(record(shape.op, shape.case, SCALED, "fwd+bwd", None, error=f"{type(e).__name__}: {e}"[:600]))
 
 
 def pipelined(fn: Callable[..., Any], args: tuple, runs: int) -> float:
