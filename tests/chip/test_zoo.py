@@ -301,6 +301,7 @@ def test_the_tables_compare_calls_issued_back_to_back_where_a_run_has_them(tmp_p
         (row,) = table.compared([path])
         assert row.best["impl"].startswith(best) and row.ratio == pytest.approx(ratio)
         assert f"{1 - int(pipelined)} of the runs predate" in table.render([path])
+        assert "1 of the runs compiled six at once" in table.render([path])  # its header names no compiles_at_once
 
 
 def test_a_batched_run_times_each_batch_after_compiling_it():

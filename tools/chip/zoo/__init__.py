@@ -15,9 +15,9 @@ beside the best alternative a JAX user has, in one run; docs/zoo.md is generated
 
 How a full run is split (`python -m tools.chip.zoo` prints the commands): the plan holds 5,257 workloads that run
 (2,392 groups of one call and pass: the package's way and each alternative; 388 alternatives skipped where they
-would not fit the chip), estimated at 4.7 h on a v5e: compile seconds by family from the benchmark's records shared
-over about three concurrent compiles, 12 calls each (22 under 50 ms) at the rate each way reached in the benchmark, the
-inputs made.
+would not fit the chip), estimated at 4.7 h on a v5e: compile seconds by family from the benchmark's records, at a
+third (those compiled six at once; the zoo compiles one at a time, as a user's first call does), 12 calls each (22
+under 50 ms) at the rate each way reached in the benchmark, the inputs made.
 The chip host allows 600 s a command, so the plan is cut into 57 shards of about 300 s of estimated work (+90 s to
 start JAX, load the bundle and measure the peaks), whole groups each, in the plan's order (token count by token
 count, the prefill counts first):

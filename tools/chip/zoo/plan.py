@@ -28,7 +28,8 @@ PEAK = 165e12  # the v5e's measured bf16 matmul rate (an 8192-cube dot, docs/ben
 HBM_RATE = 590e9  # its measured HBM copy rate
 CALLS = 12  # 2 warm-up calls and 10 timed, each waited for (tools.chip bench's default)
 PIPELINED_CALLS = 10  # then 10 issued back to back, for calls under tools.chip.measure.PIPELINED_BELOW_S
-COMPILE_AT_ONCE = 3  # six compiles at a time on the host's 13 cores, which share its Python and memory: about three
+CONTENTION = 3  # COMPILE_S's records compiled six at a time on the host's 13 cores, each about 3x a lone compile; the
+# zoo compiles one at a time (tools.chip's ZOO_JOBS: a user's first call), so a lone one is estimated at COMPILE_S / 3
 MAKE_S = 0.3  # the inputs made on the chip, per workload
 FLOOR_S = 2e-4  # a call's dispatch and launch where the work is nothing
 START_S = 90.0  # a command's own: JAX's start, the bundle, the peaks measured before any workload
@@ -100,7 +101,7 @@ class Entry:
         rate = PEAK * (XLA_EFFICIENCY[self.op] if self.way == "xla" else EFFICIENCY[self.way])
         call_s = max(FLOOR_S, self.flops / rate, memory.need(self.call, self.way, self.pass_) / HBM_RATE)
         calls = CALLS + (PIPELINED_CALLS if call_s < PIPELINED_BELOW_S else 0)
-        return compile_s / COMPILE_AT_ONCE + calls * call_s + MAKE_S
+        return compile_s / CONTENTION + calls * call_s + MAKE_S
 
 
 def _gib(b: float) -> str:

@@ -216,7 +216,10 @@ def render(paths: Sequence[Path] | None = None) -> str:
                   "a model's program runs them, where the run has them (`pipelined_s`); "
                   f"{sum(1 for d in runs if not any('pipelined_s' in r for r in d['records']))} of the runs predate "
                   "that and compare medians of calls each waited for, which add the host's dispatch and wait "
-                  "(about 0.4 ms) to each: most of a call at prefill sizes.", "", results(rows, entries),
+                  "(about 0.4 ms) to each: most of a call at prefill sizes. First calls are compiled one at a time, "
+                  "as a user's program is, where the run says so (`compiles_at_once`); "
+                  f"{sum(1 for d in runs if d.get('zoo', {}).get('compiles_at_once') != 1)} of the runs compiled "
+                  "six at once, and their first calls overstate a user's.", "", results(rows, entries),
                   "By model (the geometric mean over the calls it makes that were compared, their count):", "",
                   by_model(rows, entries)]
     else:
