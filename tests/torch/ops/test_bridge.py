@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+
+
+@contextlib.contextmanager
+def attached(ops: Any, monkeypatch: pytest.MonkeyPatch, device_name: str) -> Iterator[Any]:
+    """A torch-tpu host simulated: torch-tpu names `device_name` (as it reads the PCI bus); yields the bridge. Undone
+    on exit, the attached chip forgotten (the autouse fixture forgets its process-wide answer)."""
+    bridge = importlib.import_module(f"{ops.__name__}._bridge")
+    monkeypatch.setattr(torch.tpu, "get_device_name", lambda device=None: device_name)
+    bridge.attached_chip.cache_clear()
+    try:
+        yield bridge
+    finally:
+        monkeypatch.undo()
+        bridge.attached_chip.cache_clear()
 
 
 @pytest.mark.kernels_ci
@@ -141,15 +158,9 @@ def test_the_answer_for_the_attached_chip_yields_to_blocks_and_is_undone(tokamax
 
 @pytest.mark.kernels_ci
 def test_an_unknown_attached_tpu_is_an_error_not_a_guess(ops, monkeypatch):
-    bridge = importlib.import_module(f"{ops.__name__}._bridge")
-    monkeypatch.setattr(torch.tpu, "get_device_name", lambda device=None: "TPU v4")
-    bridge.attached_chip.cache_clear()
-    try:
-        with pytest.raises(RuntimeError, match=r"torch-tpu reports 'TPU v4', which none of tokamax's chips"):
-            bridge.attached_chip()
-    finally:
-        monkeypatch.undo()
-        bridge.attached_chip.cache_clear()
+    with attached(ops, monkeypatch, "TPU v4") as bridge, pytest.raises(
+            RuntimeError, match=r"torch-tpu reports 'TPU v4', which none of tokamax's chips"):
+        bridge.attached_chip()
     assert bridge.attached_chip() is None  # this host: no TPU on the PCI bus
 
 
@@ -160,10 +171,7 @@ def test_on_a_torch_tpu_host_an_op_for_another_chip_is_refused(ops, monkeypatch)
     import jax
     import jax.numpy as jnp
 
-    bridge = importlib.import_module(f"{ops.__name__}._bridge")
-    monkeypatch.setattr(torch.tpu, "get_device_name", lambda device=None: "TPU v6e")
-    bridge.attached_chip.cache_clear()
-    try:
+    with attached(ops, monkeypatch, "TPU v6e"):
         specs = (jax.ShapeDtypeStruct((16, 256), jnp.bfloat16), jax.ShapeDtypeStruct((16,), jnp.int32),
                  jax.ShapeDtypeStruct((64, 64), jnp.float32))
         rope = ops.families["deepseek_rope"]._rope_jax
@@ -173,9 +181,6 @@ def test_on_a_torch_tpu_host_an_op_for_another_chip_is_refused(ops, monkeypatch)
         exported = ops.deepseek_rope_op._jax_fn
         with pytest.raises(NotImplementedError, match=r"^tokamax deepseek_rope: upstream runs this kernel on v7x only"):
             jax.export.export(jax.jit(lambda *a: exported(*a, "rope", False, 1e-6, "")), platforms=["tpu"])(*specs)
-    finally:
-        monkeypatch.undo()
-        bridge.attached_chip.cache_clear()
 
 
 @pytest.mark.kernels_ci
@@ -202,17 +207,10 @@ def test_on_a_v5e_torch_tpu_host_an_op_upstream_does_not_run_there_is_refused_be
     """Cross-compiling skips upstream's device check; on the v5e's torch-tpu, proj_and_save_state reached Mosaic and
     failed there ("Regular semaphores in EnqueueDMA are not supported on this target", 6c78e5c's mirror) and
     csa_gather stopped in an assertion. The bridge asks upstream's `supported_on` for the attached chip first."""
-    bridge = importlib.import_module(f"{ops.__name__}._bridge")
-    monkeypatch.setattr(torch.tpu, "get_device_name", lambda device=None: "TPU v5e")
-    bridge.attached_chip.cache_clear()
-    try:
-        jax_fn = getattr(ops.families[family], fn)
-        with pytest.raises(NotImplementedError, match=rf"^tokamax {op}: upstream runs this kernel on {runs_on} only "
-                                                      r"\(its `supported_on`\); torch-tpu's TPU is v5e"):
-            jax_fn(*([None] * 8))  # refused before any argument is looked at
-    finally:
-        monkeypatch.undo()
-        bridge.attached_chip.cache_clear()
+    with attached(ops, monkeypatch, "TPU v5e"), pytest.raises(
+            NotImplementedError, match=rf"^tokamax {op}: upstream runs this kernel on {runs_on} only "
+                                       r"\(its `supported_on`\); torch-tpu's TPU is v5e"):
+        getattr(ops.families[family], fn)(*([None] * 8))  # refused before any argument is looked at
 
 
 @pytest.mark.kernels_ci
@@ -221,14 +219,8 @@ def test_on_a_v6e_torch_tpu_host_router_topk_still_exports(ops, monkeypatch):
     import jax
     import jax.numpy as jnp
 
-    bridge = importlib.import_module(f"{ops.__name__}._bridge")
-    monkeypatch.setattr(torch.tpu, "get_device_name", lambda device=None: "TPU v6e")
-    bridge.attached_chip.cache_clear()
-    try:
+    with attached(ops, monkeypatch, "TPU v6e"):
         fn = ops.families["router_topk"]._router_topk_jax
         exported = jax.export.export(jax.jit(lambda s: fn(s, 2)), platforms=["tpu"])(
             jax.ShapeDtypeStruct((64, 8), jnp.float32))
-        assert "tpu_custom_call" in exported.mlir_module()
-    finally:
-        monkeypatch.undo()
-        bridge.attached_chip.cache_clear()  # the chip's process-wide answer: the autouse fixture forgets it
+    assert "tpu_custom_call" in exported.mlir_module()
