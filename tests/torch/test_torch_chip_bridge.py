@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from tools.chip.load import package
 from tools.torch_chip import bridge
 from tools.torch_chip.impls import GIVEN
 from tools.torch_chip.records import open_results
@@ -16,8 +15,8 @@ from tools.torch_chip.records import open_results
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("op", ["grouped_matmul", "attention"])
-def test_the_op_with_its_cotangent_given_has_the_sums_gradients_and_the_jax_sides(tmp_path, op):
-    tk = package()
+def test_the_op_with_its_cotangent_given_has_the_sums_gradients_and_the_jax_sides(tmp_path, op, tokamax):
+    tk = tokamax  # the kernel as the tier loads it: a second copy of the bundle would register its ops again
     shapes = tuple(s for s in bridge.TINY if s.op == op)[:1]
     bridge.jax_side(tk, open_results(tmp_path / "bridge-jax.json", "bridge", "c0ffee", side="jax"), runs=2,
                     shapes=shapes)
