@@ -67,7 +67,7 @@ def explain(chip_name: str, x: Any, w: Any, targets: Any = None, weights: Any = 
         raise ValueError(f"tokamax explain lm_head: chunk must be \"auto\", None or a number of rows, got {chunk!r}")
     kernels, kernel_seconds = _kernel_choices(rows, hidden, vocab, itemsize, on, transform.tanh, weight_grad,
                                               source if chosen.chunk is None else "not run")
-    ways = [c for size in sorted({*fused.CHUNKS, *fused.KERNEL_CHUNKS}, reverse=True) if size <= rows
+    ways = [c for size in fused.offered_chunks(rows)
             for c in fused._ways(size, rows, hidden, vocab, itemsize, on, weight_grad, transform.tanh, bias=bias)]
     budget = on.hbm // HBM_SHARE
     weighed = [Alternative("kernels", kernel_seconds, 0, True)] + [

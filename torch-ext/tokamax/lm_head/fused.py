@@ -84,6 +84,15 @@ matmul, so smaller chunks cost little time and hold less (the pair at Qwen3 8B's
 HBM at 512 rows, not at 1024). Every multiple of 256 from 512 to 2048, not only the powers of two: a head whose
 chunk of 1024 is just past the share takes the largest that fits (Gemma 3's 262,208 entries at hidden 2,560 on the
 v5e: 768 rows, where 512 leave the matmuls waiting on the accumulator's traffic)."""
+ONE_CHUNK = "v5e-2026-12-07-lmhead-onechunk-256-bd81221-patched.json"
+"""The record (benchmarks/measured/) of the chunked scheme's XLA way at one chunk of all the rows, offered where they
+are fewer than `CHUNKS`' smallest (a prefill's 128 to 1,023; before, only the kernels ran there): one chunk is XLA's own
+plain formulation (the v5e's compiler, compile-only, at 256 rows x 3,584 -> 152,064: the same program as the zoo's
+float32-logits baseline, 148.6 MiB of temporaries, 3.91 GB moved, dW's matmul writing bf16 with the cotangent's scale
+fused in), three matmuls reading w twice, where the kernels' five read it three times and are bound by their matmuls.
+Forward and backward at 256 rows, medians: 6.65 ms against the kernels' 9.18 and XLA's 6.71 at Qwen2.5 7B's head,
+13.68 against 19.07 and 13.63 at Qwen2.5 72B's (XLA's from the same session's run, whose file its time limit cut:
+docs/zoo.md; `v5e-2026-12-07-zoo-shard6of56-6c78e5c.json` has XLA's at 6.67 and 13.72)."""
 TAIL_ROWS = 16
 """The rows left after the whole chunks run as one more chunk of their own, padded to a multiple of this (a 16-bit
 operand's sublane tile), rather than a whole chunk's worth: 8,192 rows in chunks of 768 compute 8,192 rows, not
@@ -178,7 +187,10 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_g
     scaled = scaled and pair and kernel
     low = 1 if scaled else itemsize
     accumulator = vocab * hidden * (itemsize + low if pair else 4) if weight_grad else 0
-    moved = chunks * 2 * w + computed * per_row + (2 * chunks - 1) * accumulator
+    # one chunk XLA adds into: dW's matmul writes w's dtype, the cotangent's scale and the rounding fused into it
+    # (`ONE_CHUNK`), so no float32 accumulator is written
+    written = vocab * hidden * itemsize if chunks == 1 and weight_grad and not kernel and not pair else accumulator
+    moved = chunks * 2 * w + computed * per_row + (2 * chunks - 2) * accumulator + written
     # with rows left after the whole chunks, the whole chunks' dx is a temporary until it is joined to the rest's
     # (the v5e: Qwen3 8B's 16,384 rows in chunks of 1280, 120 MiB more than without)
     joined = (rows // chunk) * chunk * hidden * itemsize if rows % chunk and rows > chunk else 0
@@ -249,7 +261,7 @@ def _ways(chunk: int, rows: int, hidden: int, vocab: int, itemsize: int, chip: C
     compact logits into the pair at `STREAMED_CHUNKS` (16-bit operands, no soft cap and no `bias`:
     `streamed.compacts`, a vocabulary block that fits the chip's VMEM beside the chunk; `streamed` False: not). XLA
     adding into the pair is retired (the module's docstring)."""
-    ways = [(False, False, False)] * (chunk in CHUNKS)
+    ways = [(False, False, False)] * (chunk in CHUNKS or 0 < rows == chunk < CHUNKS[-1])
     if weight_grad and chip.kind in LAID_OUT_ON_CHIP and chunk in KERNEL_CHUNKS \
             and accumulate.fits(chunk, hidden, vocab, itemsize, chip.vmem, vocab % LANES != 0):
         ways += [(True, False, False), (True, True, False)] + [(True, True, True)] * (itemsize == 2)
@@ -309,6 +321,14 @@ def _scheme(c: ChunkedCost) -> Scheme:
     return Scheme(c.chunk, c.kernel, c.pair, c.scaled, c.streamed)
 
 
+def offered_chunks(rows: int) -> list[int]:
+    """The chunks the chunked scheme is weighed at for `rows` (`choose_scheme`, and `tokamax.explain`'s alternatives):
+    those no larger than the rows (the rows left past the whole chunks run as one more), and fewer rows than the
+    smallest of `CHUNKS` as one chunk of their own too (`ONE_CHUNK`: XLA's plain formulation)."""
+    chunks = [c for c in sorted({*CHUNKS, *KERNEL_CHUNKS}, reverse=True) if c <= rows]
+    return chunks + [rows] * (0 < rows < CHUNKS[-1] and rows not in chunks)
+
+
 def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip, weight_grad: bool = True,
                   soft_cap: bool = False, streamed: bool = True, bias: bool = False) -> Scheme:
     """The chunked scheme's fastest way (`_ways`; `soft_cap`: the transform has one, `bias`: the head has one, so no
@@ -317,10 +337,7 @@ def choose_scheme(rows: int, hidden: int, vocab: int, itemsize: int, chip: Chip,
     plan = plans.choose(rows, hidden, vocab, itemsize, chip)
     costs = plan.costs(hidden, vocab, itemsize)
     kernels = sum(c.seconds(chip) for name, c in costs.items() if weight_grad or name != "backward_w")
-    chunks = sorted({*CHUNKS, *KERNEL_CHUNKS}, reverse=True)
-    # chunks no larger than the rows (the rows left past the whole chunks run as one more): a call of fewer rows
-    # than the smallest chunk takes the kernels
-    best = _fastest([c for chunk in chunks if chunk <= rows
+    best = _fastest([c for chunk in offered_chunks(rows)
                      for c in _ways(chunk, rows, hidden, vocab, itemsize, chip, weight_grad, soft_cap, streamed,
                                     bias)],
                     chip)

@@ -74,6 +74,18 @@ rows on the v6e: counted to 0.3 MiB). The v6e's compiler (libtpu, compile-only) 
 kept 6,144 in chunks of 1,024: 5,186 MiB, p 3,072, the logits 1,024, two p chunks 512 each, x by chunks 84; the v5e's
 at chunks of 512 and the v7x's alike. A bound, not always the layout: at 3,072 kept the v6e put the padded chunk where
 the dead logits were (3,273 MiB against 3,670 counted)."""
+WHOLE = "v5e-2026-12-07-lmhead-onechunk-1024-bd81221-patched.json"
+"""The record (benchmarks/measured/) behind the layout `layouts` offers where the rows are one forward chunk (at most
+`CHUNKS`' largest): every row's p kept and the backward in one step over the whole vocabulary, past `STEP_ENTRIES`
+(measured only at 2,048 and 8,192 rows), which is XLA's own formulation with p kept in x's dtype (the v5e's compiler,
+compile-only, at 256 rows x 3,584 -> 152,064: 148.6 MiB of temporaries, 4.14 GB moved against the zoo baseline's 4.22,
+the same flops). In steps of 8,192 columns each step's dW block is made by its matmul, then copied into dW, neither
+under the other (its steps' costs not modelled: the layout wins by its fewer steps' bytes alone). Forward and backward
+at 1,024 rows, issued back to back, against the steps (`v5e-2026-12-07-lmhead-onechunk-1024-bd81221-base.json`, the
+same session) and XLA: 20.90 ms, 26.72 and 21.75 at Qwen2.5 7B's head; 43.39, 64.11 and 46.88 at Qwen2.5 72B's; at 256
+rows (`v5e-2026-12-07-lmhead-onechunk-256-bd81221-patched.json`, medians) 6.48 against 12.29 and 7.17 at Qwen2.5 7B's.
+Under a soft cap no p is kept, and one step recomputes the logits: Gemma 2 2B's head at 256 rows took 10.32 ms against
+XLA's 8.51 (the same as the steps', 10.27)."""
 STEP_ARRAYS = 4
 """Bytes per [rows, columns] entry a backward step holds beside dx's accumulator: the v5e's compiler (the chip's libtpu
 0.0.42.1, compile-only) held 128 MiB at Gemma 3 4B's 8,192 rows and 4,096 columns, G made once per step."""
@@ -145,6 +157,11 @@ def layouts(rows: int, vocab: int, itemsize: int, hidden: int, budget: int, soft
     the most rows kept that still fit (none under a soft cap)."""
     out = []
     columns = step_columns(rows, vocab)
+    if 0 < rows <= CHUNKS[0]:  # one chunk: every row kept, the backward in one step (`WHOLE`)
+        whole = Layout(chunk_for(rows, CHUNKS[0]), 0 if soft_cap else chunk_for(rows, CHUNKS[0]),
+                       columns_for(vocab, vocab))
+        if temporaries(rows, vocab, itemsize, whole, hidden, kind) <= budget:
+            out.append(whole)
     for size in CHUNKS:
         chunk = chunk_for(rows, size)
         base = Layout(chunk, 0, columns)
