@@ -52,7 +52,7 @@ from . import streamed as streaming
 from . import targets as target_checks
 from .blocks import LANES, round_up
 from .cost import HBM_SHARE, Chip, chip
-from .stats import _check, row_stats, row_stats_vjp
+from .stats import _check, plan_for, row_stats, row_stats_vjp
 from .transform import LogitTransform
 
 STREAMED = "v5e-2026-12-06-bench-lm_head-streamed-6c4eeed.json"
@@ -533,7 +533,7 @@ def _kernel_rows(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, m
     """The kernels' forward: (loss, the rows their backward reads: lse, entropy and the loss's per-row coefficients
     d_lse, d_target, d_sum, float32 [rows] each)."""
     vocab = w.shape[0]
-    stats = row_stats(x, w, b, targets, transform, plan=plan)
+    stats = row_stats(x, w, b, targets, transform, plan=plan or plan_for(x, w))  # the kernels, as asked
     loss = jnp.sum(_weighted(m, stats.lse, stats.target_logit, stats.sum_logits, vocab, z_loss, smoothing))
     kept = m > 0
     d_lse = jnp.where(kept, m * (1.0 + 2.0 * z_loss * stats.lse), 0.0)

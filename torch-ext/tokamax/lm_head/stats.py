@@ -43,12 +43,12 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import checks, hosts
+from .. import checks, hosts, roofline
 from . import kernels, stored
 from . import plan as plans
 from . import targets as target_checks
 from .blocks import KERNELS, LANES, round_up
-from .cost import Chip, chip
+from .cost import HBM_SHARE, OUTPUT_VECTORS, STATISTICS_SECONDS, Chip, chip
 from .transform import IDENTITY, LogitTransform
 
 
@@ -116,13 +116,61 @@ def _row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Arr
     return RowStats(lse, target_logit, lse - entropy, log_sum_sq_probs, sum_logits, top1, entropy)
 
 
+XLA_LOGIT_BYTES = 2 * 4
+"""Bytes of HBM traffic per logit in XLA's formulation of the forward (`stored_forward` in one chunk): the float32
+logits written by the matmul and read back by the reductions (the v5e's compiler, compile-only, at 1,024 rows: the
+same flops and bytes as XLA's own program)."""
+XLA_REDUCTIONS = 2
+"""The reductions across the vocabulary XLA's formulation of a loss makes (the maximum and the sum of exponentials;
+the target's logit is a gather), of the kernel's `cost.OUTPUT_VECTORS`: each costs its share of the kernel's measured
+`cost.STATISTICS_SECONDS`, vector work the matmul does not hide. With it the model is within 10% of XLA's four
+measured times at 1,024 rows (3.83 against 4.23 ms at Llama 3.2 1B's head, 16.09 against 15.13 at Qwen2.5 72B's), and
+puts the kernel ahead at 256 rows, as the chip does (1.77 against 1.87 ms at Llama 3.2 1B's, 4.51 against 4.73 at
+Qwen2.5 72B's)."""
+
+
+def xla_forward_seconds(rows: int, hidden: int, vocab: int, itemsize: int, on: Chip) -> float:
+    """XLA's formulation of the forward by the one cost model (`roofline.seconds`): one matmul, x and w read once,
+    the float32 logits written and read (`XLA_LOGIT_BYTES`), and its reductions' vector work (`XLA_REDUCTIONS`)."""
+    flops = 2 * rows * hidden * vocab
+    moved = (rows + vocab) * hidden * itemsize + rows * vocab * XLA_LOGIT_BYTES
+    reductions = rows * vocab * roofline.scaled(STATISTICS_SECONDS, on) * XLA_REDUCTIONS / OUTPUT_VECTORS
+    return roofline.seconds(flops, moved, 0, on, serial=reductions)
+
+
+def xla_forward(rows: int, hidden: int, vocab: int, itemsize: int, on: Chip | None = None) -> bool:
+    """Whether `row_stats` (no plan given) runs XLA's formulation rather than the forward kernel: where the rows are
+    one of the stored scheme's chunks (at most `stored.CHUNKS[0]`; past that, the kernels: not measured against
+    XLA's), its float32 logits fit the chip's share, and the cost model puts it under the kernel. The kernel makes
+    all six statistics online after each step's matmul (`cost.STATISTICS_SECONDS`, which the MXU does not hide),
+    where XLA makes only those the caller reads (a loss: lse and the target's logit) and hides its logits' traffic
+    under the matmul where the matmul is the longer. The v5e at 1,024 rows
+    (`v5e-2026-12-07-lmhead-onechunk-1024-bd81221-base.json`, medians): the kernel 5.21, 10.21, 8.45 and 15.91 ms
+    at Llama 3.2 1B's, Gemma 2 2B's, Qwen2.5 7B's and 72B's heads, XLA 4.23, 8.50, 7.73 and 15.13, the kernel's
+    first calls 24.4, 11.5, 26.1 and 13.8 s (a [rows, 1024] float32 body for Mosaic). With this rule
+    (`v5e-2026-12-07-zoo-lmhead-fwd-1024-7e630cf.json`) the package's forward is XLA's time (4.37 against 4.38 ms,
+    7.53 against 7.59, 14.95 against 15.07) and its first call 1.0-2.5 s. At 256 rows, bound by the weight's read,
+    the kernel stays (`XLA_REDUCTIONS`)."""
+    on = on or chip()
+    if rows > stored.CHUNKS[0] or rows < 1:
+        return False
+    lay = stored.Layout(stored.chunk_for(rows, stored.CHUNKS[0]), 0, stored.step_columns(rows, vocab))
+    if stored.temporaries(rows, vocab, itemsize, lay, hidden, on.kind) > on.hbm // HBM_SHARE:
+        return False
+    kernel = plans.choose(rows, hidden, vocab, itemsize, on).costs(hidden, vocab, itemsize)["forward"].seconds(on)
+    return xla_forward_seconds(rows, hidden, vocab, itemsize, on) < kernel
+
+
 @hosts.emulated("lm_head.row_stats")
 def row_stats(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array,
               transform: LogitTransform = IDENTITY, *, plan: plans.Plan | None = None) -> RowStats:
     """The statistics of every row; `targets` int [rows] in [0, vocab): others refused where they are on
-    the host, else their rows NaN (`targets`). `plan`: the kernels' blocks (default: `plan.choose`'s)."""
+    the host, else their rows NaN (`targets`). `plan`: the kernels' blocks (default: `plan.choose`'s, or XLA's
+    formulation in one chunk where `xla_forward` says)."""
     _check(x, w, b, targets)
     target_checks.refuse("lm_head", targets, w.shape[0])
+    if plan is None and xla_forward(x.shape[0], x.shape[1], w.shape[0], jnp.dtype(x.dtype).itemsize):
+        return stored_forward(x, w, b, targets, transform, stored.chunk_for(x.shape[0], stored.CHUNKS[0]), 0)[0]
     return _row_stats(x, w, b, targets, transform, plan)
 
 

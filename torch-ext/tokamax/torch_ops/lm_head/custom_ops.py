@@ -33,7 +33,10 @@ DIFFERENTIABLE = ("lse", "target_logit", "mean_logit", "sum_logits", "entropy")
 @chip_for_tracing()
 def _stats_jax(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, pre: float, tanh: bool,
                post: float) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
-    return tuple(lm_head.row_stats(x, w, b, targets, lm_head.LogitTransform(pre, tanh, post)))
+    # the kernels: Torch reads all seven statistics, which XLA's formulation (`stats.xla_forward`) makes in more
+    # passes over its logits than the kernel's one
+    return tuple(lm_head.row_stats(x, w, b, targets, lm_head.LogitTransform(pre, tanh, post),
+                                   plan=lm_head.stats.plan_for(x, w)))
 
 
 @chip_for_tracing()
