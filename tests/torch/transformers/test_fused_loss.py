@@ -59,10 +59,12 @@ def reference_rows(x: torch.Tensor, labels: torch.Tensor, w: torch.Tensor) -> tu
 
 @pytest.fixture
 def reference_kernel(ops, monkeypatch):  # noqa: ANN001, ANN201
-    """The per-row op replaced by `reference_rows` for the test (the fused loss always goes through it:
-    it passes ignore_index)."""
+    """The per-row op replaced by `reference_rows` for the test (upstream's path goes through it: it passes
+    ignore_index). Upstream's path pinned: these batches' 128 rows are a prefill's, where the package's own
+    choice is one chunk of XLA's formulation (`lm_head.fused.ONE_CHUNK`; its test below)."""
     api = ops.families["linear_softmax_cross_entropy"].api
     calls = []
+    monkeypatch.setattr(ops, "loss_chunk", lambda *args, **kwargs: 0)
 
     def recorded(*args):  # noqa: ANN002, ANN202
         calls.append(tuple(a.shape for a in args))
@@ -139,6 +141,25 @@ def test_loss_and_gradients_equal_transformers(tokamax, reference_kernel, family
     assert got[0].logits is None and want[0].logits.shape == (2, 37, VOCAB)
     # the kernel got every position (2 x 37 rows, padded to the bucket of 128), hidden states and the transposed weight
     assert reference_kernel == [((128, 256), (128,), (256, VOCAB))]
+
+
+def test_a_prefills_rows_take_one_chunk_of_xlas_formulation_with_transformers_loss_and_gradients(tokamax, ops,
+                                                                                                      monkeypatch):
+    """Unpinned, the package's choice at these 128 rows (74 padded to the bucket) is the chunked scheme in one chunk
+    of all the rows (`lm_head.fused.ONE_CHUNK`: XLA's formulation, which the v5e ran at XLA's speed where the kernels
+    ran at 0.71-0.78x); its loss and gradients are transformers' own."""
+    real, chunks = ops.lm_head_cross_entropy, []
+
+    def recorded(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        chunks.append(kwargs["chunk"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ops, "lm_head_cross_entropy", recorded)
+    plain, fused = _models("llama", tokamax)
+    ids, mask, labels = _batch()
+    want, got = (_loss_and_grads(m, input_ids=ids, attention_mask=mask, labels=labels) for m in (plain, fused))
+    _assert_same(got, want)
+    assert chunks == [128], chunks
 
 
 @needs_the_kernel

@@ -94,14 +94,14 @@ def test_autocast_computes_the_head_in_its_dtype(tokamax, ops, monkeypatch):
     float32. The loss under autocast is transformers' own within bf16 rounding of the logits."""
     import transformers
 
-    api = ops.families["linear_softmax_cross_entropy"].api
-    real, dtypes = api.linear_softmax_cross_entropy_rows_op, []
+    real, dtypes = ops.lm_head_cross_entropy, []
 
-    def recorded(x, labels, w):  # noqa: ANN001, ANN202
-        dtypes.append((x.dtype, w.dtype))
-        return real(x, labels, w)
+    def recorded(x, weight, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        dtypes.append((x.dtype, weight.dtype))
+        return real(x, weight, *args, **kwargs)
 
-    monkeypatch.setattr(api, "linear_softmax_cross_entropy_rows_op", recorded)
+    # a prefill's rows: the chunked scheme in one chunk (`lm_head.fused.ONE_CHUNK`), the gradients from the forward
+    monkeypatch.setattr(ops, "lm_head_cross_entropy", recorded)
     config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=1,
                                       num_attention_heads=2, num_key_value_heads=1)
     torch.manual_seed(0)
