@@ -32,6 +32,12 @@ def _by(records: list[dict], op: str, pass_: str) -> dict[str, dict[str, dict]]:
     return out
 
 
+def _shape(case: str) -> tuple[int, int, int]:
+    """(rows, hidden, vocab) of a zoo case ("1024 tokens, hidden 2048, vocabulary 128256, ...")."""
+    words = case.replace(",", "").split()
+    return int(words[0]), int(words[3]), int(words[5])
+
+
 def _alternative(impls: dict[str, dict], time) -> float:  # noqa: ANN001
     return min(time(r) for impl, r in impls.items() if impl != "tokamax")
 
@@ -48,7 +54,7 @@ def test_at_1024_rows_the_statistics_backward_in_one_step_is_at_xlas_speed_and_f
         new, old = seconds(impls["tokamax"]), seconds(base[case]["tokamax"])
         assert _alternative(base[case], seconds) >= 0.97 * new, case  # the issue's 3%
         assert new <= 0.85 * old, case
-        rows, hidden, vocab = (int(w.replace(",", "")) for w in (case.split()[0], case.split()[3], case.split()[5]))
+        rows, hidden, vocab = _shape(case)
         soft_cap = "soft cap" in case
         assert lm_head.stored.layout(rows, vocab, 2, v5e, hidden, soft_cap=soft_cap) == lm_head.stored.Layout(
             rows, 0 if soft_cap else rows, vocab), case  # the layout those runs took is the one chosen now
@@ -69,7 +75,7 @@ def test_at_256_rows_one_chunk_is_at_xlas_speed_where_the_kernels_and_the_steps_
         new, old = patched[case]["tokamax"]["median_s"], base[case]["tokamax"]["median_s"]
         assert _alternative(base[case], lambda r: r["median_s"]) >= 0.97 * new, case
         assert new <= 0.75 * old, case
-        hidden = int(case.split()[3].replace(",", ""))
+        _, hidden, _ = _shape(case)
         if op == "lm_head_loss":
             assert lm_head.fused.choose_scheme(256, hidden, 152064, 2, v5e) == lm_head.fused.Scheme(256), case
         else:
@@ -92,7 +98,7 @@ def test_the_forward_at_1024_rows_runs_at_xlas_time_and_its_first_call_in_second
         assert seconds(impls["xla"]) >= 0.97 * seconds(ours), case
         assert ours["compile_s"] + ours["first_run_s"] < 10 < before[case]["tokamax"]["compile_s"], case
     for case, impls in before.items():
-        rows, hidden, vocab = (int(w.replace(",", "")) for w in (case.split()[0], case.split()[3], case.split()[5]))
+        rows, hidden, vocab = _shape(case)
         assert lm_head.stats.xla_forward(rows, hidden, vocab, 2, v5e), case
         modelled = lm_head.stats.xla_forward_seconds(rows, hidden, vocab, 2, v5e)
         assert abs(modelled / impls["xla"]["median_s"] - 1) < 0.1, (case, modelled)
