@@ -189,3 +189,51 @@ def test_the_rule_takes_the_largest_fitting_chunk_of_least_modelled_time(kernel,
         assert chunk == 768, (rows, chunk)
         assert fused.cost(s, chunk).temp_bytes + fused.SMALL_BUFFERS <= on.hbm // fused.HBM_SHARE
     assert fused.choose(sizes(8192, 16384, 4096, 151936), on) is None
+
+
+@pytest.mark.kernels_ci
+def test_rows_of_one_chunk_add_dw_by_xla_not_the_accumulator_kernel(kernel, emulation, monkeypatch):
+    """Where the rows are one chunk (`fused.ONE_CHUNK`) there is nothing to add dw into: no `accumulate` kernel runs,
+    dw is XLA's float32 accumulator rounded once (the bf16 result within the scheme's roundings of float32's), and
+    the Torch ops' fakes (`held_pair`) say the same; rows past one chunk still take the kernel."""
+    accumulate, fused = kernel.lm_head.accumulate, kernel.distill.fused
+    calls: list[int] = []
+    real = accumulate.into
+    monkeypatch.setattr(accumulate, "into", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ops = operands(ROWS, 128, 256, 1280, seed=5)
+    bf16 = tuple(None if a is None or a.ndim == 1 else np.asarray(jnp.asarray(a, jnp.bfloat16)) for a in ops)
+    bf16 = (bf16[0], bf16[1], ops[2], bf16[3], bf16[4], ops[5])
+    options, weights = dict(beta=0.5, temperature=0.9), _weights(ROWS, seed=4)
+    total, _, _, grads = run(kernel.distill, emulation, bf16, options, weights, chunk=48)
+    assert calls == [], "one chunk of 37 rows (48) added dw by the accumulate kernel"
+    as32 = tuple(None if a is None else np.asarray(a, np.float32) for a in bf16)
+    total32, _, _, grads32 = run(kernel.distill, emulation, as32, options, weights, chunk=48)
+    assert abs(total - total32) <= 4 * BF16 * abs(total32)
+    for name, got, want in zip(("dx", "dw", "db"), grads, grads32, strict=True):
+        assert np.abs(np.asarray(got, np.float32) - want).max() <= 8 * BF16 * np.abs(want).max(), name
+    with emulation.emulated_chip("v5e"):
+        on = kernel.roofline.chip()
+    sizes = kernel.distill.blocks.Sizes(ROWS, 128, 256, 1280, 2, 2)
+    assert not fused.held_pair(sizes, 48, on) and fused.held_pair(sizes, 16, on)
+    assert fused.kernel_takes(48, 128, 1280, 2, on.vmem)
+
+
+@pytest.mark.kernels_ci
+def test_at_a_prefills_rows_the_rule_leaves_dw_to_xla(kernel, emulation):
+    """`fused.ONE_CHUNK`'s shapes on the v5e (256 rows, vocabulary 151,936; students 1024 and 2048, teacher 4096),
+    where the loss with the accumulate kernel ran 0.74-0.82x XLA's speed: one chunk of 256, no kernel, and the model
+    puts it under the kernel's way by what that way wrote (the pair's 3 bytes an entry against dw's 2). Where XLA's
+    float32 dw does not fit the share in one chunk (512 rows of the 2048 student: 2.3 GiB) the kernel adds it there,
+    as before, rather than a smaller chunk."""
+    fused, sizes = kernel.distill.fused, kernel.distill.blocks.Sizes
+    with emulation.emulated_chip("v5e"):
+        on = kernel.roofline.chip()
+    for hs in (1024, 2048):
+        s = sizes(256, hs, 4096, 151936)
+        assert fused.choose(s, on) == 256 and not fused.held_pair(s, 256, on)
+        mine, pair = fused.cost(s, 256, kernel=False), fused.cost(s, 256, kernel=True)
+        assert mine.bytes_accessed == pair.bytes_accessed - 151936 * hs * 1
+        assert mine.seconds(on) < pair.seconds(on)
+    wide = sizes(512, 2048, 4096, 151936)
+    assert fused.choose(wide, on) == 512 and fused.held_pair(wide, 512, on)
+    assert fused.held_pair(sizes(4096, 2048, 4096, 151936), 768, on)  # training rows: the kernel stays

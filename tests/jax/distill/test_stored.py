@@ -26,7 +26,6 @@ BF16 = 2.0 ** -8  # bf16's unit roundoff (8 significant bits, rounded to the nea
 def small_chunks(kernel, monkeypatch):
     """The stored scheme in chunks of 16 rows, at any row count."""
     monkeypatch.setattr(kernel.distill.stored, "CHUNKS", (16,))
-    monkeypatch.setattr(kernel.distill.stored, "MIN_ROWS", 1)
     return kernel.distill
 
 
@@ -141,8 +140,9 @@ def _chip(kernel, hbm: int):  # noqa: ANN001, ANN202
 def test_the_rule_stores_where_q_fits_an_eighth_of_hbm(kernel, emulation):
     """`stored.choose`: the largest chunk whose temporaries (Q, the row vectors, one chunk's float32 logits of both
     models) fit an eighth of the HBM, where its roofline beats the kernels'; a small HBM takes the kernels, a large
-    one the largest chunk; fewer rows than `MIN_ROWS` the kernels; at the benchmark's size on the v5e (16 GiB)
-    chunks of 512 at 4,096 rows (chunks of 1024 do not fit), the kernels at 16,384 rows (Q alone 4.6 GiB)."""
+    one the largest chunk; fewer rows than a chunk one chunk of their own (`stored.PREFILL`); at the benchmark's
+    size on the v5e (16 GiB) chunks of 512 at 4,096 rows (chunks of 1024 do not fit), the kernels at 16,384 rows
+    (Q alone 4.6 GiB)."""
     distill = kernel.distill
     stored, sizes = distill.stored, distill.blocks.Sizes
 
@@ -152,7 +152,7 @@ def test_the_rule_stores_where_q_fits_an_eighth_of_hbm(kernel, emulation):
     bench = sizes(4096, 2048, 4096, 151936)
     assert choose(4096, 2048, 4096, 151936, 2, 4 << 30) is None
     assert choose(4096, 2048, 4096, 151936, 2, 96 << 30) == 1024
-    assert choose(100, 2048, 4096, 151936, 2, 96 << 30) is None
+    assert choose(100, 2048, 4096, 151936, 2, 96 << 30) == 104  # a prefill's rows: one chunk, rounded up to 8
     assert choose(300, 2048, 4096, 32000, 2, 96 << 30) == 304  # one chunk, the rows rounded up to 8
     for hbm in (4 << 30, 16 << 30, 96 << 30):
         fits = [c for c in stored.CHUNKS if distill.cost.stored(bench, c).temp_bytes <= hbm // stored.HBM_SHARE]
@@ -162,6 +162,7 @@ def test_the_rule_stores_where_q_fits_an_eighth_of_hbm(kernel, emulation):
     assert v5e.hbm // stored.HBM_SHARE < distill.cost.stored(bench, 1024).temp_bytes
     assert stored.choose(bench, v5e) == 512 and distill.cost.stored(bench, 512).temp_bytes < 1.8 * 2 ** 30
     assert stored.choose(sizes(16384, 2048, 4096, 151936), v5e) is None
+    assert stored.choose(sizes(128, 2048, 4096, 151936), v5e) == 128  # a prefill's (`stored.PREFILL`)
     # the roofline: narrow hidden sizes make the float32 logits' traffic the stored scheme's cost, and the kernels
     # win; hidden sizes the kernels cannot take at all (no blocks fit the VMEM) leave the stored scheme
     narrow, wide = sizes(4096, 128, 128, 151936), sizes(4096, 65536, 131072, 151936)
@@ -187,7 +188,7 @@ def _pallas_calls(distill, emulation, rows: int, hs: int, ht: int, vocab: int, s
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize(("rows", "hs", "ht", "vocab", "calls"), [
     (512, 2048, 4096, 32000, 0),  # fits, four matmuls beat the kernels' six: stored
-    (100, 2048, 4096, 32000, 3),  # fewer rows than MIN_ROWS: the kernels
+    (100, 2048, 4096, 32000, 0),  # a prefill's rows: one chunk of its own (stored.PREFILL)
     (4096, 128, 128, 151936, 3),  # narrow hidden sizes: the float32 logits' traffic loses to the kernels
     (16384, 2048, 4096, 151936, 3),  # Q past an eighth of the v5e's HBM
 ])

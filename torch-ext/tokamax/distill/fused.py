@@ -23,7 +23,7 @@ accumulator at any number of rows.
 
 `choose` (the rule): the largest chunk of `CHUNKS` whose temporaries (`temporaries`) fit 1/`HBM_SHARE` of the
 chip's HBM, at the least roofline time (`cost`). The rows left after the whole chunks run as one more chunk
-(`lm_head.fused.TAIL_ROWS`).
+(`lm_head.fused.TAIL_ROWS`). Rows that are one chunk add dw_s by XLA, not the kernel (`held_pair`, `ONE_CHUNK`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
-from jax.experimental.pallas import tpu as pltpu
 
 from .. import roofline
 from ..lm_head import accumulate
@@ -44,13 +43,20 @@ from ..lm_head.cost import HBM_SHARE
 from ..lm_head.fused import SMALL_BUFFERS, TAIL_ROWS, Pending, chunk_rows
 from .blocks import Sizes
 from .cost import STORED_VECTOR_SECONDS
-from .kernels import Setting
+from .kernels import Setting, sizes_of
 from .stored import chunk_outputs
 
 CHUNKS = tuple(range(2048, 255, -256))
 """Chunk rows, largest first: every multiple of 256 from 256 to 2048 (each chunk re-reads both weights: at 256
 rows a chunk's matmuls are already HBM-bound on the v5e)."""
 F32 = 4
+ONE_CHUNK = "v5e-2026-12-07-zoo-shard6of56-6c78e5c.json"
+"""The record (benchmarks/measured/) of the rule before it left one chunk to XLA: at 256 rows (one chunk of 256) dw_s
+was added by `accumulate`'s kernel into the pair, zeroed first and finished after, around a single addition: the loss
+forward and backward took 10.82 ms against XLA's 7.96 at Qwen3 1.7B <- Qwen3 8B's heads (vocabulary 151,936), and
+7.86 against 6.45 at Qwen3 0.6B's, where the per-token stored scheme's divergence took 7.40 and 5.83 (XLA's 7.82 and
+6.34). In one chunk XLA's dw_s matmul writes dw_s once in its dtype, the cotangent's scale and the rounding fused into
+it, as the labels path's one chunk (`lm_head.fused.ONE_CHUNK`, which the v5e ran at XLA's time)."""
 CHUNK_TEMPORARIES = 3
 """[chunk, vocab] float32 arrays a chunk holds at once: both models' logits and what XLA makes of them before G is
 written in the student's dtype."""
@@ -90,35 +96,46 @@ def cost(sizes: Sizes, chunk: int, *, kernel: bool = True, weight_grad: bool = T
     """Per chunk: both weights read by the logits' matmuls and w_s by dx's, the chunk's hidden states, both models'
     float32 logits written and read once, G written once and read by dx's and dw's matmuls; the float32 accumulator
     read and written per chunk (written only by the first: 3 bytes an entry in the kernel's pair, 4 in XLA's float32);
-    the kernel's traffic streamed under its matmul, XLA's counted the same."""
+    the kernel's traffic streamed under its matmul, XLA's counted the same. One chunk that XLA adds into: dw_s's
+    matmul writes it once in w_s's dtype (`ONE_CHUNK`)."""
     chunks, rows = chunk_rows(sizes.rows, chunk)
     hs, ht = sizes.student_hidden * sizes.student_itemsize, sizes.teacher_hidden * sizes.teacher_itemsize
     g = sizes.vocab * sizes.student_itemsize
     per_row = hs + ht + 2 * 2 * sizes.vocab * F32 + 3 * g + hs + 2 * F32
     accumulator = sizes.vocab * sizes.student_hidden * (3 if kernel else F32) if weight_grad else 0
-    moved = chunks * sizes.vocab * (2 * hs + ht + 2 * F32) + rows * per_row + (2 * chunks - 1) * accumulator
+    written = sizes.vocab * hs if chunks == 1 and weight_grad and not kernel else accumulator
+    moved = chunks * sizes.vocab * (2 * hs + ht + 2 * F32) + rows * per_row + (2 * chunks - 2) * accumulator + written
     flops = 2 * rows * sizes.vocab * (sizes.student_hidden + sizes.teacher_hidden) \
         + (2 if weight_grad else 1) * 2 * rows * sizes.vocab * sizes.student_hidden
     return FusedCost(chunk, flops, moved, temporaries(sizes, chunk, kernel, weight_grad), 2 * rows * sizes.vocab,
                      kernel)
 
 
-def _kernel_takes(sizes: Sizes, chunk: int, vmem: int) -> bool:
-    return held_pair(chunk, sizes.student_hidden, sizes.vocab, sizes.student_itemsize, vmem)
-
-
-def held_pair(chunk: int, hidden: int, vocab: int, itemsize: int, vmem: int) -> bool:
-    """Whether `loss_and_grads` (no `accumulator_kernel` given) adds dw_s by `accumulate`'s kernel into the pair, its
-    low half int8 (a 16-bit student whose head the kernel takes at this chunk), else into a float32 accumulator:
-    what `exact` leaves, for the Torch ops' fakes."""
+def kernel_takes(chunk: int, hidden: int, vocab: int, itemsize: int, vmem: int) -> bool:
+    """Whether `accumulate`'s kernel can add dw_s into the pair at this chunk: a 16-bit student whose head it takes
+    beside the chunk in `vmem` bytes."""
     return itemsize == 2 and accumulate.fits(chunk, hidden, vocab, itemsize, vmem)
+
+
+def held_pair(sizes: Sizes, chunk: int, chip: roofline.Chip, weight_grad: bool = True) -> bool:
+    """Whether `loss_and_grads` (no `accumulator_kernel` given) adds dw_s by `accumulate`'s kernel into the pair, its
+    low half int8, else into a float32 accumulator: where the kernel takes the head (`kernel_takes`) and the rows are
+    more than one chunk, or in one chunk where XLA's float32 dw_s would not fit 1/`HBM_SHARE` of the chip's HBM. In
+    one chunk there is nothing to add to: XLA's dw_s matmul writes it (`ONE_CHUNK`). What `exact` leaves, for the
+    Torch ops' fakes."""
+    if not weight_grad or not kernel_takes(chunk, sizes.student_hidden, sizes.vocab, sizes.student_itemsize,
+                                           chip.vmem):
+        return False
+    if chunk_rows(sizes.rows, chunk)[0] > 1:
+        return True
+    return temporaries(sizes, chunk, False, weight_grad) + SMALL_BUFFERS > chip.hbm // HBM_SHARE
 
 
 def choose(sizes: Sizes, chip: roofline.Chip, weight_grad: bool = True) -> int | None:
     """The chunk of least roofline time among `CHUNKS` (no larger than the rows rounded to the smallest) whose
     temporaries and `SMALL_BUFFERS` fit 1/`HBM_SHARE` of the chip's HBM; among equals the larger. None where none
     fits (a student's float32 accumulator past the share)."""
-    costs = [cost(sizes, c, kernel=_kernel_takes(sizes, c, chip.vmem), weight_grad=weight_grad) for c in CHUNKS
+    costs = [cost(sizes, c, kernel=held_pair(sizes, c, chip, weight_grad), weight_grad=weight_grad) for c in CHUNKS
              if c <= round_up(sizes.rows, CHUNKS[-1])]
     fitting = [c for c in costs if c.temp_bytes + SMALL_BUFFERS <= chip.hbm // HBM_SHARE]
     return min(fitting, key=lambda c: (c.seconds(chip), -c.chunk)).chunk if fitting else None
@@ -131,13 +148,17 @@ def loss_and_grads(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, w
                               jax.Array | None]:
     """(sum_r weights_r divergence_r float32 [], divergence and entropy float32 [rows], dx_s in x_s's dtype, dw_s in
     w_s's dtype and db_s float32 [vocab], or None for both where not `weight_grad`). Biases float32 [vocab] (zeros for
-    none). `accumulator_kernel` None or True: `accumulate`'s kernel into the pair where it takes the student's head
-    at this chunk (a 16-bit student: `held_pair`); False: XLA's float32 accumulator. `exact`: dx_s float32 and dw_s's
+    none). `accumulator_kernel` None: the rule's (`held_pair`: the kernel where it takes the student's head and
+    there is more than one chunk); True: `accumulate`'s kernel into the pair where it takes the head at this chunk
+    (`kernel_takes`), even in one; False: XLA's float32 accumulator. `exact`: dx_s float32 and dw_s's
     accumulator as it stands (float32, or the pair), for a cotangent to scale before their one rounding
     (`accumulate.finish`; the Torch ops)."""
     rows, vocab, hidden = xs.shape[0], ws.shape[0], xs.shape[1]
-    takes = held_pair(chunk, hidden, vocab, xs.dtype.itemsize, pltpu.get_tpu_info().vmem_capacity_bytes)
-    kernel = takes if accumulator_kernel is None else accumulator_kernel and takes
+    on = roofline.chip()
+    if accumulator_kernel is None:
+        kernel = held_pair(sizes_of(xs, xt, vocab), chunk, on, weight_grad)
+    else:
+        kernel = accumulator_kernel and kernel_takes(chunk, hidden, vocab, xs.dtype.itemsize, on.vmem)
     weights = weights.astype(jnp.float32)
     whole = rows // chunk * chunk
 

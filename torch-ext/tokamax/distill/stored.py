@@ -22,8 +22,8 @@ forward can compute (the package docstring's d/dz_s, without g_r, times dz_s/dl)
 The entropy's gradient is not in Q; `divergence` takes the kernels' backward where the entropy has a cotangent.
 
 `choose` (the rule): the largest chunk of `CHUNKS` whose temporaries (`cost.stored`: Q, the per-row vectors
-and the chunk's float32 logits) fit 1/`HBM_SHARE` of the chip's HBM, where the rows are at least `MIN_ROWS`
-and its roofline beats the kernels'; else None (the kernels). `tools.chip bench` times both ("tokamax (stored)",
+and the chunk's float32 logits) fit 1/`HBM_SHARE` of the chip's HBM, at any number of rows (`PREFILL`), where
+its roofline beats the kernels'; else None (the kernels). `tools.chip bench` times both ("tokamax (stored)",
 "tokamax (kernels)") beside the package's choice ("tokamax") and XLA's plain loss.
 """
 
@@ -44,11 +44,16 @@ CHUNKS = (1024, 512, 256)
 """Chunk rows, largest first: each chunk re-reads both weights (1.9 GB at student 2048, teacher 4096, vocabulary
 151,936 in bf16), so at 256 rows a chunk's two matmuls are already HBM-bound on the v5e (3.2 ms of reading
 against 2.9 of matmul) and smaller chunks only lose."""
-MIN_ROWS = 256
-"""Fewer rows than one smallest chunk: the kernels (they read each weight about as often, hold no [rows, vocab]
-residual, and the padding of a chunk would be most of it)."""
+PREFILL = "v5e-2026-12-07-zoo-shard6of56-6c78e5c.json"
+"""Fewer rows than one smallest chunk run as one chunk of their own, as any other count (`chunk_for`: the rows rounded
+up to 8, no chunk's padding): the kernels took them before, for fewer rows than 256, with no measurement behind it.
+At 256 rows the v5e ran this scheme faster than XLA's plain program (this record: 7.40 against 7.82 ms, the JSD
+forward and backward at Qwen3 1.7B <- 8B's heads, 5.83 against 6.34 at Qwen3 0.6B's); at 128 the v5e's compiler
+(libtpu 0.0.52, compile-only) gives the kernels 6.51 GB moved and 882 GFLOP (their backward makes the logits again)
+against this scheme's 4.18 GB and 399 (XLA's program: 4.22 and 401), and the roofline puts it at 6.0 ms against the
+kernels' 14.4."""
 
-__all__ = ["CHUNKS", "HBM_SHARE", "MIN_ROWS", "backward", "bias", "choose", "chunk_for", "forward"]
+__all__ = ["CHUNKS", "HBM_SHARE", "backward", "bias", "choose", "chunk_for", "forward"]
 
 
 def bias(b: jax.Array | None, vocab: int) -> jax.Array:
@@ -62,7 +67,7 @@ def chunk_for(rows: int, chunk: int) -> int:
 
 
 def choose(sizes: Sizes, chip: roofline.Chip, setting: Setting | None = None) -> int | None:
-    """The stored scheme's chunk, or None for the kernels. The rule: at least `MIN_ROWS` rows; the largest chunk of
+    """The stored scheme's chunk, or None for the kernels. The rule: some rows (`PREFILL`); the largest chunk of
     `CHUNKS` whose temporaries (`cost.stored`'s: Q at rows x vocab in the student's dtype, the per-row vectors, one
     chunk's float32 logits of both models) fit 1/`HBM_SHARE` of `chip`'s HBM (the LM head's rule: the rest is the
     model's); and its roofline (`cost.stored`) faster than the kernels' (`cost.costs` at their blocks for `chip`,
@@ -70,7 +75,7 @@ def choose(sizes: Sizes, chip: roofline.Chip, setting: Setting | None = None) ->
     all. Else None. At 4,096 rows, student 2048, teacher 4096, vocabulary 151,936, bf16, on the 16 GiB v5e: Q
     1.16 GiB, chunks of 512 (1024's logits do not fit beside it), 77 ms by the roofline against the kernels' 218
     (measured: 198); at 16,384 rows the kernels (Q alone 4.6 GiB)."""
-    if sizes.rows < MIN_ROWS:
+    if sizes.rows < 1:
         return None
     chunk = next((c for c in (chunk_for(sizes.rows, c) for c in CHUNKS)
                   if cost.stored(sizes, c).temp_bytes <= chip.hbm // HBM_SHARE), None)

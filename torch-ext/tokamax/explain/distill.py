@@ -51,7 +51,7 @@ def _divergence(chip: str, xs: Any, xt: Any, vocab: int, sizes: blocks.Sizes, se
         if not by:
             raise ValueError(f"tokamax explain distill: the kernels take no blocks at these sizes ({why})")
         path, seconds = "kernels", sum(c.seconds for c in kernel_choices)
-        note = f"the kernels: fewer than {stored.MIN_ROWS} rows, or the stored scheme past the share or slower"
+        note = "the kernels: no rows, or the stored scheme past the share or slower"
     else:
         path, seconds = f"stored {chunk}", cost.stored(sizes, chunk).seconds(on)
         note = f"Q [rows, vocab] kept: temporaries {cost.stored(sizes, chunk).temp_bytes >> 20} MiB"
@@ -92,12 +92,12 @@ def explain_loss(chip: str, student_hidden: Any, student_weight: Any, student_bi
         per_token = _divergence(chip, xs, xt, vocab, sizes, setting, "auto", "distill.loss")
         return dataclasses.replace(per_token, path=f"per-token {per_token.path} (the fused scheme fits no chunk)")
     budget = on.hbm // fused.HBM_SHARE - fused.SMALL_BUFFERS
-    costs = [fused.cost(sizes, c, kernel=fused._kernel_takes(sizes, c, on.vmem)) for c in fused.CHUNKS
+    costs = [fused.cost(sizes, c, kernel=fused.held_pair(sizes, c, on)) for c in fused.CHUNKS
              if c <= round_up(sizes.rows, fused.CHUNKS[-1])]
     weighed = tuple(sorted((Alternative(f"fused {c.chunk}" + (": dW by the accumulator kernel" if c.kernel else ""),
                                         c.seconds(on), c.temp_bytes, c.temp_bytes <= budget) for c in costs),
                            key=lambda a: (not a.fits, a.seconds)))
-    taken = fused.cost(sizes, chunk, kernel=fused._kernel_takes(sizes, chunk, on.vmem))
+    taken = fused.cost(sizes, chunk, kernel=fused.held_pair(sizes, chunk, on))
     choice = Choice("scheme", source, {"chunk": chunk, "accumulator_kernel": taken.kernel}, seconds=taken.seconds(on),
                     note="the gradients made in the forward, one chunk's memory (distill.fused)")
     return Explanation("distill.loss", chip, device_kind(chip), f"fused {chunk}", (choice,), weighed, budget)

@@ -70,15 +70,17 @@ def _rows_out(xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
 
 @chip_for_tracing()
-def _held_pair(xs: torch.Tensor, ws: torch.Tensor, chunk: int) -> bool:
-    return distill.fused.held_pair(chunk, xs.shape[1], ws.shape[0], xs.element_size(), roofline.chip().vmem)
+def _held_pair(xs: torch.Tensor, ws: torch.Tensor, xt: torch.Tensor, chunk: int) -> bool:
+    sizes = distill.blocks.Sizes(xs.shape[0], xs.shape[1], xt.shape[1], ws.shape[0], xs.element_size(),
+                                 xt.element_size())
+    return distill.fused.held_pair(sizes, chunk, roofline.chip())
 
 
 @distill_loss_grads_op.register_fake
 def _grads_fake(xs: torch.Tensor, ws: torch.Tensor, bs: torch.Tensor | None, xt: torch.Tensor, wt: torch.Tensor,
                 bt: torch.Tensor | None, weights: torch.Tensor, beta: float, s_pre: float, s_tanh: bool, s_post: float,
                 t_pre: float, t_tanh: bool, t_post: float, chunk: int) -> tuple:
-    pair = _held_pair(xs, ws, chunk)  # high in w_s's dtype and low in int8, else float32
+    pair = _held_pair(xs, ws, xt, chunk)  # high in w_s's dtype and low in int8, else float32
     dw = (torch.empty_like(ws), torch.empty_like(ws, dtype=torch.int8)) if pair else (
         torch.empty_like(ws, dtype=torch.float32), ws.new_empty((0,)))
     return *_rows_out(xs), *dw, ws.new_empty((ws.shape[0],), dtype=torch.float32)
