@@ -56,8 +56,10 @@ def test_at_1024_rows_the_statistics_backward_in_one_step_is_at_xlas_speed_and_f
         assert new <= 0.85 * old, case
         rows, hidden, vocab = _shape(case)
         soft_cap = "soft cap" in case
+        # the layout those runs took is the one chosen now, but under a soft cap: that run kept no row (it predates
+        # `stored.KEPT_LOGITS`, which keeps the one chunk's float32 logits there; the chip has not run it yet)
         assert lm_head.stored.layout(rows, vocab, 2, v5e, hidden, soft_cap=soft_cap) == lm_head.stored.Layout(
-            rows, 0 if soft_cap else rows, vocab), case  # the layout those runs took is the one chosen now
+            rows, rows, vocab), case
 
 
 @pytest.mark.kernels_ci

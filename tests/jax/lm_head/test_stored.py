@@ -1,11 +1,11 @@
-"""`lm_head.statistics(..., scheme="stored")` (`lm_head.stored`: plain XLA over chunks of rows, the softmax kept for
-the rows that fit, the others' logits computed again in a backward that steps over the vocabulary) against float64
-numpy: the seven statistics and the gradients of a weighted sum of the differentiable ones, with a bias and without,
-a scale and a temperature, a soft cap (no row kept), rows that pad the last chunk, several chunks, one chunk (fewer
-rows than a chunk), every row kept, some, none, steps narrower than the vocabulary and a last narrower one, bf16;
-targets outside the vocabulary (refused on the host, NaN rows traced that pass no gradient); the refusals (kept rows
-under a soft cap or off the chunk, an unknown scheme); the backward's residual p in x's dtype and no float32
-[rows, vocab] array beside it; the layout's rule."""
+"""`lm_head.statistics(..., scheme="stored")` (`lm_head.stored`: plain XLA over chunks of rows, the softmax kept for the
+rows that fit, the others' logits computed again in a backward that steps over the vocabulary) against float64 numpy:
+the seven statistics and the gradients of a weighted sum of the differentiable ones, with a bias and without, a scale
+and a temperature, a soft cap (its kept rows' float32 logits), rows that pad the last chunk, several chunks, one chunk
+(fewer rows than a chunk), every row kept, some, none, steps narrower than the vocabulary and a last narrower one, bf16;
+targets outside the vocabulary (refused on the host, NaN rows traced that pass no gradient); the refusals (kept rows off
+the chunk, an unknown scheme); the backward's residual p in x's dtype and no float32 [rows, vocab] array beside it; the
+layout's rule."""
 
 from __future__ import annotations
 
@@ -63,16 +63,15 @@ LAYOUTS = {"all-kept": (16, 48, 1024), "some-kept": (16, 16, 128), "none-kept": 
            "kept-past-rows": (8, 40, 384)}
 
 
-RUNS = [(t, lay) for t in (*TRANSFORMS, "soft-cap") for lay in LAYOUTS if t != "soft-cap" or not LAYOUTS[lay][1]]
+RUNS = [(t, lay) for t in (*TRANSFORMS, "soft-cap") for lay in LAYOUTS]
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize(("transform", "layout"), RUNS)
 def test_every_layout_matches_float64(kernel, transform, layout):
     """37 rows, vocabulary 300 (not a multiple of the lanes): p kept for every row (the padded ones too), the first
-    16 or none, in steps of 128 columns (two, then 44), 256 or 384; a soft cap keeps none (its dz/dl differs per
-    logit: refused, `test_what_the_scheme_cannot_take_is_refused_naming_it`) and is exact in every row computed
-    again."""
+    16 or none, in steps of 128 columns (two, then 44), 256 or 384; under a soft cap (its dz/dl differs per logit)
+    the kept rows hold their float32 logits (`stored.KEPT_LOGITS`), the others' computed again."""
     lm_head = kernel.lm_head
     chunk, kept, columns = LAYOUTS[layout]
     if transform == "soft-cap":
@@ -125,6 +124,24 @@ def test_the_residual_is_p_in_xs_dtype(kernel, monkeypatch):
 
 
 @pytest.mark.kernels_ci
+def test_under_a_soft_cap_the_residual_is_the_kept_rows_float32_logits(kernel):
+    """A soft cap's one chunk (`stored.KEPT_LOGITS`): the forward keeps the rows' float32 logits [rows padded to 8,
+    vocab padded to the lanes] (p in bf16 would not give dz/dl back near the cap), no bf16 [rows, vocab] array; the
+    layout's temporaries count them at 4 bytes an entry."""
+    lm_head = kernel.lm_head
+    cap = lm_head.LogitTransform.of(soft_cap=30.0)
+    x, w, b, targets = operands(37, 64, 200, seed=5, dtype=jnp.bfloat16)
+    _, vjp = jax.vjp(lambda x, w: lm_head.statistics(x, w, None, targets, cap, scheme="stored").entropy, x, w)
+    arrays = [a for a in jax.tree.leaves(vjp) if hasattr(a, "shape")]
+    wide = [(a.shape, a.dtype) for a in arrays if a.ndim == 2 and a.shape[1] >= 200]
+    assert wide == [((40, 256), jnp.float32)], wide
+    stored = lm_head.stored
+    logits, x_padded = 40 * 200 * 4, 40 * 64 * 2  # the chunk's float32 logits, x padded to it
+    assert stored.temporaries(37, 200, 2, stored.Layout(40, 40, 200), 64, soft_cap=True) == (
+        40 * 256 * 4 + logits + stored.P_CHUNKS_OFF_LANES * 40 * 256 * 4 + x_padded)  # the forward's, the larger
+
+
+@pytest.mark.kernels_ci
 def test_targets_outside_the_vocabulary_are_refused_on_the_host_and_nan_when_traced(kernel, monkeypatch):
     lm_head = kernel.lm_head
     monkeypatch.setattr(lm_head.stored, "CHUNKS", (8,))
@@ -155,22 +172,20 @@ def test_what_the_scheme_cannot_take_is_refused_naming_it(kernel):
     lm_head = kernel.lm_head
     x, w, b, targets = operands(8, 64, 200, seed=6)
     cap = lm_head.LogitTransform.of(soft_cap=30.0)
-    with pytest.raises(ValueError, match=r"tokamax lm_head: the stored scheme keeps no row's p under a soft cap"):
-        lm_head.statistics(x, w, b, targets, cap, scheme="stored", layout=lm_head.stored.Layout(8, 8, 256))
     with pytest.raises(ValueError, match=r"tokamax lm_head: the stored scheme keeps a multiple of its chunk \(8\) up "
                        r"to 8 rows, got 4"):
         lm_head.statistics(x, w, b, targets, scheme="stored", layout=lm_head.stored.Layout(8, 4, 256))
     with pytest.raises(ValueError, match=r"tokamax lm_head: scheme must be one of \('auto', 'kernels', 'stored'\), "
                        r"got 'xla'"):
         lm_head.statistics(x, w, b, targets, scheme="xla")
-    assert lm_head.stats.stored_layout(8, 64, 200, 4, cap).kept == 0  # the default layout under a soft cap
+    assert lm_head.stats.stored_layout(8, 64, 200, 4, cap).kept == 8  # one chunk keeps its logits under a soft cap
 
 
 @pytest.mark.kernels_ci
 def test_the_layout_keeps_the_rows_an_eighth_of_hbm_holds_at_the_least_modelled_cost(kernel):
     """On the v5e at Qwen3 8B's head: 2,048 rows keep every row's p in chunks of 1024 (0.61 GiB measured), 8,192 rows
     keep 5,632 in chunks of 512 (1.72 GiB measured, the fastest of the four layouts timed: 217.0 ms against XLA's
-    211.3), in steps of 8,192 and 2,048 columns (G at most 2^24 entries); a soft cap keeps none; where dx's
+    211.3), in steps of 8,192 and 2,048 columns (G at most 2^24 entries); a soft cap none past one chunk; where dx's
     accumulator alone is past the share no layout fits. The compile-only v7x also copies the weight and x. x split
     between the kept rows' chunks and the others is copied by chunks; at a vocabulary off the lanes (Gemma 3's) a kept
     chunk holds two chunks of p beside its logits (`P_CHUNKS_OFF_LANES`, what libtpu lays out: tests/tpu_compile)."""
@@ -258,5 +273,7 @@ def test_rows_of_one_chunk_take_the_backward_in_one_step(kernel):
     lm_head, v5e = kernel.lm_head, predict.v5e(kernel)
     for hidden in (3584, 8192):
         assert lm_head.stats.choose_layout(256, hidden, 152064, 2, on=v5e) == lm_head.stored.Layout(256, 256, 152064)
-    assert lm_head.stored.layout(256, 256000, 2, v5e, 3584, soft_cap=True) == lm_head.stored.Layout(256, 0, 256000)
+    # under a soft cap the rows' float32 logits (`stored.KEPT_LOGITS`), past one chunk none
+    assert lm_head.stored.layout(256, 256000, 2, v5e, 3584, soft_cap=True) == lm_head.stored.Layout(256, 256, 256000)
+    assert lm_head.stored.layout(2048, 256000, 2, v5e, 2304, soft_cap=True).kept == 0
     assert lm_head.stored.layout(2048, 151936, 2, v5e, 4096) == lm_head.stored.Layout(1024, 2048, 8192)

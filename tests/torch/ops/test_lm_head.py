@@ -1,13 +1,13 @@
 """The Torch LM-head statistics (`lm_head_statistics`: the stored scheme where a layout of it fits the share,
-`test_lm_head_stored.py`, else our kernels): the seven statistics and the gradients in the hidden states, the weight
-and the bias against float64 Torch on CPU tensors (interpret mode) by either scheme (the kernels forced as
-torch.compile or a call past the share takes them), with a soft cap (the stored scheme keeping no row's p) or
-without, a scale and a temperature, int64 targets as TRL passes them; the shared
-checks (fakes against JAX shapes, symbolic tracing, one graph for two sizes, the kernel count in the
-TPU lowering), autograd on meta tensors (only the four differentiable statistics carry gradients),
-a frozen head's backward (dx alone, one kernel), and bad calls. `lm_head_cross_entropy`: targets outside the
-vocabulary, its gradients under a cotangent of 1/3 rounded once by every scheme (exact operands, against float64),
-its fakes (dW's accumulator as each chip's way leaves it) and autograd on meta tensors."""
+`test_lm_head_stored.py`, else our kernels): the seven statistics and the gradients in the hidden states, the weight and
+the bias against float64 Torch on CPU tensors (interpret mode) by either scheme (the kernels forced as torch.compile or
+a call past the share takes them), with a soft cap (the stored scheme keeping its one chunk's float32 logits) or
+without, a scale and a temperature, int64 targets as TRL passes them; the shared checks (fakes against JAX shapes,
+symbolic tracing, one graph for two sizes, the kernel count in the TPU lowering), autograd on meta tensors (only the
+four differentiable statistics carry gradients), a frozen head's backward (dx alone, one kernel), and bad calls.
+`lm_head_cross_entropy`: targets outside the vocabulary, its gradients under a cotangent of 1/3 rounded once by every
+scheme (exact operands, against float64), its fakes (dW's accumulator as each chip's way leaves it) and autograd on meta
+tensors."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def _operands() -> tuple[torch.Tensor, ...]:
 
 SCHEMES = {"kernels": 3.0, "stored": None, "stored, soft cap": 3.0}
 """The soft cap each scheme's tests take: the op runs the stored scheme at these sizes (`stored_ops.statistics_layout`;
-keeping no row's p under a soft cap), the kernels where `_scheme` forces them; the custom ops of each scheme are
-named `lm_head_stats...` and `lm_head_stats_stored...`."""
+under a soft cap its one chunk's float32 logits), the kernels where `_scheme` forces them; the custom ops of each scheme
+are named `lm_head_stats...` and `lm_head_stats_stored...`."""
 
 
 def _scheme(monkeypatch: pytest.MonkeyPatch, tokamax: object, scheme: str) -> str:

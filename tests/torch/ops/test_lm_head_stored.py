@@ -1,9 +1,9 @@
-"""`lm_head_statistics` on the stored scheme (`torch_ops.lm_head.stored_ops`, `tokamax.lm_head.stored`), which the
-op takes where a layout of it fits the chip's share: which calls take it and at which layout (`statistics_layout`:
-every row kept, some, none under a soft cap; not where nothing fits, not at symbolic sizes); NaN rows for targets
-outside the vocabulary where they are not read, some rows kept and the others computed again; the fakes against
-JAX's shapes, autograd on meta tensors, and the build's namespace. Its statistics and gradients against float64 and
-a frozen head's backward are `test_lm_head.py`'s, for either scheme."""
+"""`lm_head_statistics` on the stored scheme (`torch_ops.lm_head.stored_ops`, `tokamax.lm_head.stored`), which the op
+takes where a layout of it fits the chip's share: which calls take it and at which layout (`statistics_layout`: every
+row kept, some, none under a soft cap past one chunk; not where nothing fits, not at symbolic sizes); NaN rows for
+targets outside the vocabulary where they are not read, some rows kept and the others computed again; the fakes against
+JAX's shapes, autograd on meta tensors, and the build's namespace. Its statistics and gradients against float64 and a
+frozen head's backward are `test_lm_head.py`'s, for either scheme."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def stored(tokamax):  # noqa: ANN001, ANN201
 @pytest.mark.kernels_ci
 def test_the_op_takes_it_where_a_layout_fits(tokamax, stored):
     """On the v5e at Qwen3 8B's head: 2,048 rows keep every row's p in chunks of 1024, 8,192 rows keep 5,632 in
-    chunks of 512, a soft cap keeps none; 200,000 rows take the kernels (dx's accumulator alone is past the share);
+    chunks of 512, a soft cap none past one chunk and in one chunk every row's float32 logits
+    (`lm_head.stored.KEPT_LOGITS`); 200,000 rows take the kernels (dx's accumulator alone is past the share);
     at symbolic sizes the kernels (the choice would specialize a graph compiled for any rows)."""
     lm_head = tokamax.lm_head
     w = torch.zeros(151936, 4096, dtype=torch.bfloat16, device="meta")
@@ -38,6 +39,7 @@ def test_the_op_takes_it_where_a_layout_fits(tokamax, stored):
         assert layout(2048) == (1024, 2048)
         assert layout(8192) == (512, 5632)
         assert layout(2048, lm_head.LogitTransform.of(soft_cap=30.0)) == (1024, 0)
+        assert layout(256, lm_head.LogitTransform.of(soft_cap=30.0)) == (256, 256)
         assert layout(200_000) is None
 
     seen = []
@@ -85,6 +87,11 @@ def test_fakes_match_jax_shapes(ops, stored):
                             row, row, row, row, row, 1.0, False, 1.0, 256)
     checks.fake_matches_jax(ops, ops.lm_head_stats_stored_bwd_x_op, stored._stored_bwd_x_jax, x, w, b, targets, p,
                             row, row, row, row, row, row, 1.0, False, 1.0, 256)
+    # under a soft cap the kept rows hold their float32 logits (`lm_head.stored.KEPT_LOGITS`)
+    checks.fake_matches_jax(ops, ops.lm_head_stats_stored_op, stored._stored_jax, x, w, b, targets, 1 / 30, True,
+                            30.0, 200, 200)
+    checks.fake_matches_jax(ops, ops.lm_head_stats_stored_bwd_op, stored._stored_bwd_jax, x, w, b, targets,
+                            torch.zeros(200, 384), row, row, row, row, row, row, 1 / 30, True, 30.0, 384)
 
 
 @pytest.mark.kernels_ci

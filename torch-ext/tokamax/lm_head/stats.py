@@ -232,7 +232,7 @@ def choose_layout(rows: int, hidden: int, vocab: int, itemsize: int, transform: 
     lay = stored.layout(rows, vocab, itemsize, on, hidden, transform.tanh)
     if lay is None:
         return None
-    mine = stored.cost(rows, hidden, vocab, itemsize, lay).seconds(on)
+    mine = stored.cost(rows, hidden, vocab, itemsize, lay, soft_cap=transform.tanh).seconds(on)
     return lay if mine <= kernels_seconds(rows, hidden, vocab, itemsize, on, transform.tanh) else None
 
 
@@ -270,7 +270,7 @@ def statistics(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Arr
         scheme = "kernels" if layout is None else "stored"
     if scheme == "stored":
         layout = layout or stored_layout(*shape, transform)
-        stored.check(x.shape[0], layout, transform.tanh)
+        stored.check(x.shape[0], layout)
         return _stored_statistics(x, w, b, targets, transform, layout)
     return _statistics(x, w, b, targets, transform)
 
@@ -306,7 +306,7 @@ def _bias(b: jax.Array | None, vocab: int) -> jax.Array:
 def stored_forward(x: jax.Array, w: jax.Array, b: jax.Array | None, targets: jax.Array, transform: LogitTransform,
                    chunk: int, kept: int) -> tuple[RowStats, jax.Array]:
     """The stored scheme's statistics (NaN rows where a target is outside the vocabulary) and its residual p
-    [kept, vocab] in x's dtype (`stored.forward`)."""
+    [kept, vocab] in x's dtype, under a soft cap their float32 logits (`stored.forward`)."""
     vectors, p = stored.forward(x, w, _bias(b, w.shape[0]), targets, transform, chunk, kept)
     lse, target_logit, entropy, log_sum_sq_probs, sum_logits, top1 = target_checks.nan_rows(
         list(vectors), targets, w.shape[0])

@@ -23,7 +23,9 @@ dtype, is the residual of a row, or its lse (one float) where the backward compu
   log-sum-exp) is 0, and so is its term p log p.
 
 A soft cap makes dz/dl differ per logit (1 - tanh^2), which p does not give back to bf16's precision near the cap:
-there no row's p is kept (`layout`), and every row's logits are computed again, dz/dl with them. `layout` takes the
+there a kept row holds its float32 logits z instead (`KEPT_LOGITS`: p = e^(z - lse) and dz/dl = pre post (1 -
+(z / post)^2), both exact in float32), twice p's bytes, so `layouts` keeps them only where the rows are one chunk
+(`WHOLE`); elsewhere every row's logits are computed again, dz/dl with them. `layout` takes the
 chunk, the kept rows and the columns whose temporaries (`temporaries`) fit an eighth of HBM at the least `cost`;
 `cost` is the scheme's roofline (`tools.chip bench` times it as "tokamax (stored)" beside the kernels and XLA).
 """
@@ -84,8 +86,14 @@ under the other (its steps' costs not modelled: the layout wins by its fewer ste
 at 1,024 rows, issued back to back, against the steps (`v5e-2026-12-07-lmhead-onechunk-1024-bd81221-base.json`, the
 same session) and XLA: 20.90 ms, 26.72 and 21.75 at Qwen2.5 7B's head; 43.39, 64.11 and 46.88 at Qwen2.5 72B's; at 256
 rows (`v5e-2026-12-07-lmhead-onechunk-256-bd81221-patched.json`, medians) 6.48 against 12.29 and 7.17 at Qwen2.5 7B's.
-Under a soft cap no p is kept, and one step recomputes the logits: Gemma 2 2B's head at 256 rows took 10.32 ms against
-XLA's 8.51 (the same as the steps', 10.27)."""
+Under a soft cap the rows' float32 logits are kept in its place (`KEPT_LOGITS`); before, none were, and one step
+recomputed the logits: Gemma 2 2B's head at 256 rows took 10.32 ms against XLA's 8.51 (the same as the steps',
+10.27)."""
+KEPT_LOGITS = 4
+"""Bytes a kept row holds per logit under a soft cap: its float32 logit z, from which the backward makes p and dz/dl
+exactly, where p in x's dtype would not give dz/dl back near the cap. What XLA's own formulation keeps for its
+backward (its float32 logits); three matmuls, where computing the logits again makes four. Offered in the one-chunk
+layout (`WHOLE`) alone: past it, twice p's bytes per kept row has not been weighed on a chip."""
 STEP_ARRAYS = 4
 """Bytes per [rows, columns] entry a backward step holds beside dx's accumulator: the v5e's compiler (the chip's libtpu
 0.0.42.1, compile-only) held 128 MiB at Gemma 3 4B's 8,192 rows and 4,096 columns, G made once per step."""
@@ -93,11 +101,22 @@ STEP_ARRAYS = 4
 
 class Layout(NamedTuple):
     """Where the scheme holds what: `chunk` rows per forward step, p kept for the first `kept` rows (a multiple
-    of `chunk`, at most the rows padded to it; 0 under a soft cap), `columns` vocabulary columns per backward step."""
+    of `chunk`, at most the rows padded to it; under a soft cap their float32 logits, `KEPT_LOGITS`), `columns`
+    vocabulary columns per backward step."""
 
     chunk: int
     kept: int
     columns: int
+
+
+def kept_itemsize(itemsize: int, soft_cap: bool) -> int:
+    """Bytes per logit of a kept row: p in x's dtype, or under a soft cap its float32 logit (`KEPT_LOGITS`)."""
+    return KEPT_LOGITS if soft_cap else itemsize
+
+
+def kept_dtype(dtype: jnp.dtype, soft_cap: bool) -> jnp.dtype:
+    """What a kept row holds (`kept_itemsize`): p in x's `dtype`, or under a soft cap float32 logits."""
+    return jnp.dtype(jnp.float32) if soft_cap else jnp.dtype(dtype)
 
 
 def chunk_for(rows: int, chunk: int) -> int:
@@ -119,8 +138,10 @@ def step_columns(rows: int, vocab: int) -> int:
     return columns_for(vocab, columns)
 
 
-def temporaries(rows: int, vocab: int, itemsize: int, layout: Layout, hidden: int, kind: str = "") -> int:
-    """Bytes the scheme holds beyond its operands and outputs: the kept rows' p in x's dtype throughout; beside it
+def temporaries(rows: int, vocab: int, itemsize: int, layout: Layout, hidden: int, kind: str = "",
+                soft_cap: bool = False) -> int:
+    """Bytes the scheme holds beyond its operands and outputs: the kept rows' p in x's dtype (under a soft cap their
+    float32 logits: `kept_itemsize`) throughout; beside it
     the larger of the forward's and the backward's (dx's float32 accumulator and one step's `STEP_ARRAYS` bytes per
     [rows, columns] entry). The forward's: `LOGITS_HELD` chunks' float32 logits, `P_CHUNKS_OFF_LANES` chunks of p
     where rows are kept at a vocabulary off the lanes, and x by chunks where it is padded or split between the kept
@@ -128,13 +149,14 @@ def temporaries(rows: int, vocab: int, itemsize: int, layout: Layout, hidden: in
     backward's arrays beside each other."""
     chunk = chunk_for(rows, layout.chunk)
     padded, width = round_up(rows, chunk), round_up(vocab, LANES)
+    kept = kept_itemsize(itemsize, soft_cap)
     forward = LOGITS_HELD * chunk * vocab * 4
     if layout.kept and vocab % LANES:
-        forward += P_CHUNKS_OFF_LANES * chunk * width * itemsize
+        forward += P_CHUNKS_OFF_LANES * chunk * width * kept
     if padded != rows or 0 < layout.kept < padded:
         forward += padded * hidden * itemsize
     backward = rows * hidden * 4 + STEP_ARRAYS * rows * columns_for(vocab, layout.columns)
-    p = layout.kept * width * itemsize
+    p = layout.kept * width * kept
     if kind in WEIGHT_COPIED:
         return p + (vocab + rows) * hidden * itemsize + forward + backward
     return p + max(forward, backward)
@@ -154,13 +176,13 @@ def _most_kept(rows: int, vocab: int, itemsize: int, hidden: int, budget: int, b
 def layouts(rows: int, vocab: int, itemsize: int, hidden: int, budget: int, soft_cap: bool = False, kind: str = ""
             ) -> list[Layout]:
     """Per chunk of `CHUNKS` whose temporaries fit `budget` bytes with no row kept, the layout at `step_columns` with
-    the most rows kept that still fit (none under a soft cap)."""
+    the most rows kept that still fit (none under a soft cap); and where the rows are one chunk, every row kept and
+    one backward step (`WHOLE`; under a soft cap their logits, `KEPT_LOGITS`)."""
     out = []
     columns = step_columns(rows, vocab)
-    if 0 < rows <= CHUNKS[0]:  # one chunk: every row kept, the backward in one step (`WHOLE`)
-        whole = Layout(chunk_for(rows, CHUNKS[0]), 0 if soft_cap else chunk_for(rows, CHUNKS[0]),
-                       columns_for(vocab, vocab))
-        if temporaries(rows, vocab, itemsize, whole, hidden, kind) <= budget:
+    if 0 < rows <= CHUNKS[0]:  # one chunk: every row kept (under a soft cap its logits), the backward in one step
+        whole = Layout(chunk_for(rows, CHUNKS[0]), chunk_for(rows, CHUNKS[0]), columns_for(vocab, vocab))
+        if temporaries(rows, vocab, itemsize, whole, hidden, kind, soft_cap) <= budget:  # `WHOLE`, `KEPT_LOGITS`
             out.append(whole)
     for size in CHUNKS:
         chunk = chunk_for(rows, size)
@@ -176,11 +198,11 @@ def layout(rows: int, vocab: int, itemsize: int, on: roofline.Chip, hidden: int,
     """The layout of least `cost` on `on` among `layouts` within 1/`HBM_SHARE` of its HBM; None where none fits
     (the kernels then: dx's accumulator alone is past the share)."""
     fits = layouts(rows, vocab, itemsize, hidden, on.hbm // HBM_SHARE, soft_cap, on.kind)
-    return min(fits, key=lambda lay: cost(rows, hidden, vocab, itemsize, lay).seconds(on),
+    return min(fits, key=lambda lay: cost(rows, hidden, vocab, itemsize, lay, soft_cap=soft_cap).seconds(on),
                default=None)
 
 
-def check(rows: int, layout: Layout, soft_cap: bool) -> None:
+def check(rows: int, layout: Layout) -> None:
     """Refuse a layout the scheme cannot run, naming what is wrong."""
     padded = round_up(rows, layout.chunk) if layout.chunk > 0 else 0
     if layout.chunk <= 0 or layout.columns <= 0:
@@ -188,9 +210,6 @@ def check(rows: int, layout: Layout, soft_cap: bool) -> None:
     if layout.kept % layout.chunk or not 0 <= layout.kept <= padded:
         raise ValueError(f"tokamax lm_head: the stored scheme keeps a multiple of its chunk ({layout.chunk}) up to "
                          f"{padded} rows, got {layout.kept}")
-    if layout.kept and soft_cap:
-        raise ValueError("tokamax lm_head: the stored scheme keeps no row's p under a soft cap (dz/dl then differs "
-                         "per logit, which p does not give back to its dtype's precision)")
 
 
 def smallest(rows: int, vocab: int) -> Layout:
@@ -199,7 +218,7 @@ def smallest(rows: int, vocab: int) -> Layout:
 
 
 def cost(rows: int, hidden: int, vocab: int, itemsize: int, layout: Layout, *, backward: bool = True,
-         weight_grad: bool = True) -> StoredCost:
+         weight_grad: bool = True, soft_cap: bool = False) -> StoredCost:
     """The forward's roofline, then the backward's (`StoredCost.after`). Forward flops: the logits; bytes: per chunk
     the weight and bias read, x's chunk read, its float32 logits written and read once, p written for the kept rows
     (where there is a backward), six per-row vectors; its statistics over each logit take the kernels' measured
@@ -207,19 +226,21 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, layout: Layout, *, b
     again for the rows not kept; bytes: p read, G in x's dtype written and read by each matmul, the weight read for
     dx and for the logits again, per step dx's float32 accumulator read and written and x read (for dw, and for the
     logits again), those logits written and read in float32, dx written, dw zeroed and written, db; over each of its
-    kept row's logits `KEPT_SECONDS` of vector work (G from p)."""
+    kept row's logits `KEPT_SECONDS` of vector work (G from p). p's bytes are `kept_itemsize`'s (a soft cap's float32
+    logits)."""
     chunk = chunk_for(rows, layout.chunk)
     padded = round_up(rows, chunk)
     again = rows - min(layout.kept, rows)
     w = vocab * hidden * itemsize
     moved = padded // chunk * (w + vocab * 4) + padded * hidden * itemsize + 2 * padded * vocab * 4 + 6 * padded * 4
-    temporaries_ = temporaries(rows, vocab, itemsize, layout, hidden)
+    temporaries_ = temporaries(rows, vocab, itemsize, layout, hidden, soft_cap=soft_cap)
     after = None
     if backward:
         steps = -(-vocab // columns_for(vocab, layout.columns))
         grads = 2 if weight_grad else 1
-        moved += layout.kept * vocab * itemsize  # p written
-        back = layout.kept * vocab * itemsize + (1 + grads) * rows * vocab * itemsize  # p read; G written, read
+        kept = kept_itemsize(itemsize, soft_cap)
+        moved += layout.kept * vocab * kept  # p written
+        back = layout.kept * vocab * kept + (1 + grads) * rows * vocab * itemsize  # p read; G written, read
         back += w + (w if again else 0) + 2 * again * vocab * 4 + rows * hidden * itemsize
         back += steps * (2 * rows * hidden * 4 + (again + rows * weight_grad) * hidden * itemsize)
         if weight_grad:
@@ -239,19 +260,20 @@ def _chunk(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, transfo
     target_logit = jnp.take_along_axis(z, jnp.clip(targets, 0, vocab - 1)[:, None], axis=1)[:, 0]
     log_sum_sq = jax.nn.logsumexp(2.0 * log_p, axis=1)
     top1 = (jnp.argmax(z, axis=1) == targets).astype(jnp.float32)  # argmax: the first maximum
-    p = jnp.pad(jnp.exp(log_p).astype(x.dtype), ((0, 0), (0, round_up(vocab, LANES) - vocab)))
+    kept = z if transform.tanh else jnp.exp(log_p).astype(x.dtype)  # a soft cap's rows keep z (`KEPT_LOGITS`)
+    p = jnp.pad(kept, ((0, 0), (0, round_up(vocab, LANES) - vocab)))
     return (lse, target_logit, entropy, log_sum_sq, jnp.sum(z, axis=1), top1), p
 
 
 def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, transform: LogitTransform, chunk: int,
             kept: int) -> tuple[tuple[jax.Array, ...], jax.Array]:
     """(lse, target_logit, entropy, log_sum_sq_probs, sum_logits, top1: float32 [rows] each; p [kept, vocab] in x's
-    dtype) for x [rows, hidden], w [vocab, hidden], b float32 [vocab], targets int32 [rows] (one outside the
-    vocabulary reads a clipped column: the caller makes its row NaN). `kept`: a multiple of `chunk`, at most the
-    rows padded to it."""
+    dtype, under a soft cap the float32 logits z: `kept_dtype`) for x [rows, hidden], w [vocab, hidden], b float32
+    [vocab], targets int32 [rows] (one outside the vocabulary reads a clipped column: the caller makes its row NaN).
+    `kept`: a multiple of `chunk`, at most the rows padded to it."""
     rows, vocab = x.shape[0], w.shape[0]
     padded = round_up(rows, chunk)
-    check(rows, Layout(chunk, kept, 1), transform.tanh)
+    check(rows, Layout(chunk, kept, 1))
     xs = jnp.pad(x, ((0, padded - rows), (0, 0))).reshape(padded // chunk, chunk, x.shape[1])
     ts = jnp.pad(targets.astype(jnp.int32), (0, padded - rows)).reshape(padded // chunk, chunk)
 
@@ -262,7 +284,7 @@ def forward(x: jax.Array, w: jax.Array, b: jax.Array, targets: jax.Array, transf
         return carry, _chunk(inputs[0], w, b[None], inputs[1], transform)[0]
 
     n = kept // chunk
-    parts, p = [], jnp.zeros((0, round_up(vocab, LANES)), x.dtype)
+    parts, p = [], jnp.zeros((0, round_up(vocab, LANES)), kept_dtype(x.dtype, transform.tanh))
     if n:
         _, (vectors, p) = jax.lax.scan(keeping, None, (xs[:n], ts[:n]))
         parts.append(vectors)
@@ -278,14 +300,15 @@ def backward(x: jax.Array, w: jax.Array, b: jax.Array, p: jax.Array, lse: jax.Ar
              coefficients: tuple[jax.Array, ...], transform: LogitTransform, columns: int, *,
              weight_grad: bool = True) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
     """(dx in x's dtype, dw in w's dtype, db float32 [vocab]; dw and db None where not `weight_grad`) from `forward`'s
-    p, the rows' lse (+inf in rows that add nothing: their p is 0 whatever their logits) and the per-row (a, b, c,
-    d), float32 [rows] each (0 in rows that add nothing); b float32 [vocab]."""
+    p (under a soft cap the kept rows' float32 logits), the rows' lse (+inf in rows that add nothing: their p is 0
+    whatever their logits) and the per-row (a, b, c, d), float32 [rows] each (0 in rows that add nothing); b float32
+    [vocab]."""
     rows, hidden = x.shape
     vocab = w.shape[0]
     kept = min(p.shape[0], rows)
     a, b_, c, d = (v.astype(jnp.float32)[:, None] for v in coefficients)
     t = targets.astype(jnp.int32)[:, None]
-    lse_again = lse.astype(jnp.float32)[kept:, None]
+    lse_kept, lse_again = lse.astype(jnp.float32)[:kept, None], lse.astype(jnp.float32)[kept:, None]
     scale = transform.pre * transform.post
 
     def gradient(start: jax.Array | int, width: int, w_step: jax.Array) -> jax.Array:
@@ -294,7 +317,15 @@ def backward(x: jax.Array, w: jax.Array, b: jax.Array, p: jax.Array, lse: jax.Ar
         is_target = jax.lax.broadcasted_iota(jnp.int32, (rows, width), 1) + start == t
         rule = jnp.where(is_target, c, 0.0) + d
         parts = []
-        if kept:
+        if kept and transform.tanh:  # the kept rows' float32 logits z: p and dz/dl exactly from them
+            z = jax.lax.dynamic_slice(p, (0, start), (kept, width))
+            log_p = z - lse_kept  # -inf in rows that add nothing (lse +inf): p 0, its log taken as 0
+            p32 = jnp.exp(log_p)
+            log_p = jnp.where(jnp.isfinite(log_p), log_p, 0.0)
+            capped = z * (1.0 / transform.post)  # tanh(pre l)
+            slope = (1.0 - capped * capped) * (transform.pre * transform.post)
+            parts.append((p32 * (a[:kept] + b_[:kept] * log_p) + rule[:kept]) * slope)
+        elif kept:
             p32 = jax.lax.dynamic_slice(p, (0, start), (kept, width)).astype(jnp.float32)
             log_p = jnp.where(p32 > 0, jnp.log(jnp.where(p32 > 0, p32, 1.0)), 0.0)
             parts.append((p32 * (a[:kept] + b_[:kept] * log_p) + rule[:kept]) * scale)

@@ -57,7 +57,9 @@ lm_head_stats_stored_bwd_x_op = register("lm_head_stats_stored_bwd_x", _stored_b
 def _stored_fake(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, targets: torch.Tensor, pre: float,
                  tanh: bool, post: float, chunk: int, kept: int) -> tuple[torch.Tensor, ...]:
     width = (w.shape[0] + 127) // 128 * 128  # p's columns padded to the lanes (`lm_head.stored.forward`)
-    return (*(x.new_empty((x.shape[0],), dtype=torch.float32) for _ in lm_head.OUTPUTS), x.new_empty((kept, width)))
+    kept_dtype = torch.float32 if tanh else x.dtype  # a soft cap's rows keep their float32 logits
+    return (*(x.new_empty((x.shape[0],), dtype=torch.float32) for _ in lm_head.OUTPUTS),
+            x.new_empty((kept, width), dtype=kept_dtype))
 
 
 @lm_head_stats_stored_bwd_op.register_fake
