@@ -160,10 +160,11 @@ def test_in_build_namespace(ops, tokamax):
 
 @pytest.mark.kernels_ci
 def test_the_chunk_is_the_packages_choice(ops):
-    """`divergence_chunk` (what a call without `chunk` takes) is `distill.stored.choose`'s on the emulated chip: the
-    stored scheme in one chunk of the rows rounded up to 8 at the tests' small sizes and a prefill's rows
-    (`distill.stored.PREFILL`), in chunks of 1024 at TRL's shapes where Q fits an eighth of the HBM (the v6e's 32 GiB
-    at 4,096 rows), the kernels (0) where it does not."""
+    """`divergence_chunk` (what a call without `chunk` takes) is `distill.stored.choose`'s on the chip it is traced
+    for (a v6e here: on a chip host the attached chip would answer otherwise): the stored scheme in one chunk of the
+    rows rounded up to 8 at the tests' small sizes and a prefill's rows (`distill.stored.PREFILL`), in chunks of 1024
+    at TRL's shapes where Q fits an eighth of the HBM (the v6e's 32 GiB at 4,096 rows), the kernels (0) where it does
+    not."""
     pick = checks.family(ops, "distill").stored_ops.divergence_chunk
     tk = importlib.import_module(ops.__name__.rsplit(".", 1)[0])
     s = tk.distill.setting(0.5)
@@ -171,10 +172,11 @@ def test_the_chunk_is_the_packages_choice(ops):
     def meta(rows: int, hidden: int) -> torch.Tensor:
         return torch.zeros(rows, hidden, dtype=torch.bfloat16, device="meta")
 
-    assert pick(meta(200, 128), meta(200, 256), 384, s) == 200
-    assert pick(meta(100, 2048), meta(100, 4096), 151936, s) == 104
-    assert pick(meta(4096, 2048), meta(4096, 4096), 151936, s) == 1024
-    assert pick(meta(16384, 2048), meta(16384, 4096), 151936, s) == 0
+    with tk.emulation.emulated_chip("v6e"):
+        assert pick(meta(200, 128), meta(200, 256), 384, s) == 200
+        assert pick(meta(100, 2048), meta(100, 4096), 151936, s) == 104
+        assert pick(meta(4096, 2048), meta(4096, 4096), 151936, s) == 1024
+        assert pick(meta(16384, 2048), meta(16384, 4096), 151936, s) == 0
 
 
 def _call(**changed):  # noqa: ANN003, ANN202
