@@ -13,6 +13,7 @@ CALLS = {  # rows, student hidden, teacher hidden, vocabulary
     "qwen-4k": (4096, 2048, 4096, 151936),  # the stored scheme on the v5e
     "qwen-16k": (16384, 2048, 4096, 151936),  # Q past the share: the kernels
     "small": (100, 256, 384, 1000),  # fewer rows than a chunk: one chunk of their own (distill.stored.PREFILL)
+    "qwen05-8k": (8192, 896, 3584, 151936),  # Q past the share: the loss's fused chunks with the pair
 }
 
 
@@ -43,11 +44,11 @@ def test_explain_names_the_divergences_scheme_and_blocks(kernel, monkeypatch, ca
     else:
         assert explained.path == "kernels" and explained["scheme"].sizes == {"chunk": None}
         assert (explained["forward"].sizes["rows"], explained["forward"].sizes["vocab"]) == (value.rows, value.vocab)
-    assert (call != "qwen-16k") == (scheme == "stored")
+    assert (call not in ("qwen-16k", "qwen05-8k")) == (scheme == "stored")
 
 
 @pytest.mark.kernels_ci
-@pytest.mark.parametrize("call", ["qwen-4k", "small"])
+@pytest.mark.parametrize("call", ["qwen05-8k", "small"])
 def test_explain_names_the_fused_losss_chunk(kernel, monkeypatch, call):
     distill, seen = kernel.distill, []
     loss = distill.fused.loss
@@ -62,3 +63,21 @@ def test_explain_names_the_fused_losss_chunk(kernel, monkeypatch, call):
         jax.jit(jax.grad(step, (0, 1))).trace(specs[0], specs[1], specs[3], specs[4], weights)
     explained = kernel.explain(distill.loss, *specs, weights, beta=0.5, chip="v5e")
     assert seen == [explained["scheme"].sizes["chunk"]] and explained.path == f"fused {seen[0]}"
+
+
+@pytest.mark.kernels_ci
+def test_explain_says_why_the_loss_takes_the_per_token_call(kernel, monkeypatch):
+    """At 4,096 rows of Qwen3 1.7B <- 8B on the v5e the fused scheme would add dW by the pair
+    (`distill.fused.PAIR_SLOWER`): the loss takes the per-token call's stored scheme, and explain says which and why."""
+    distill, seen = kernel.distill, []
+    monkeypatch.setattr(distill.fused, "loss", lambda *a: seen.append(a[-1]))
+    specs = _specs(*CALLS["qwen-4k"])
+    weights = S((CALLS["qwen-4k"][0],), jnp.float32)
+
+    def step(xs, ws, xt, wt, m):  # noqa: ANN001, ANN202
+        return distill.loss(xs, ws, None, xt, wt, None, m, beta=0.5)[0]
+
+    with kernel.emulation.emulated_chip("v5e"):
+        jax.jit(jax.grad(step, (0, 1))).trace(specs[0], specs[1], specs[3], specs[4], weights)
+    explained = kernel.explain(distill.loss, *specs, weights, beta=0.5, chip="v5e")
+    assert seen == [] and explained.path.startswith("per-token stored ") and "PAIR_SLOWER" in explained.path

@@ -7,6 +7,7 @@ frozen head (dx alone); fakes against JAX shapes and autograd on meta tensors; b
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import pytest
@@ -148,3 +149,23 @@ def test_the_loss_rounds_its_scaled_gradients_once(ops):
             f"{name}: {(got.grad != once).sum()} of {once.numel()} entries are not the once-rounded value"
         if name != "db":  # the test tells the two apart (db's few bits are exact in bf16)
             assert not torch.equal(twice, once), name
+
+
+@pytest.mark.kernels_ci
+def test_the_chunk_is_the_jax_losss_rule(ops):
+    """`distill_loss_chunk` (what a call without `chunk` takes) is `distill.fused.loss_chunk`'s on the chip it is
+    traced for: on the v5e at 4,096 rows of Qwen3 1.7B <- 8B's heads the per-token op (0; its stored scheme, where the
+    fused chunks would add dw by the pair: `fused.PAIR_SLOWER`), at 8,192 rows of Qwen2.5 0.5B <- 7B's the fused
+    chunks of 768 (the stored scheme's Q past the share), at 256 rows the fused scheme's one chunk; a frozen head
+    keeps the fused chunks at 4,096 rows (no pair)."""
+    pick = checks.family(ops, "distill").loss.distill_loss_chunk
+    tk = importlib.import_module(ops.__name__.rsplit(".", 1)[0])
+
+    def meta(rows: int, hidden: int) -> torch.Tensor:
+        return torch.zeros(rows, hidden, dtype=torch.bfloat16, device="meta")
+
+    with tk.emulation.emulated_chip("v5e"):
+        assert pick(meta(4096, 2048), meta(4096, 4096), 151936) == 0
+        assert pick(meta(8192, 896), meta(8192, 3584), 151936) == 768
+        assert pick(meta(256, 2048), meta(256, 4096), 151936) == 256
+        assert pick(meta(4096, 2048), meta(4096, 4096), 151936, weight_grad=False) > 0

@@ -265,9 +265,10 @@ def loss(student_hidden: jax.Array, student_weight: jax.Array, student_bias: jax
     """The divergence as a step's loss: (sum_r weights_r divergence_r float32 [], the per-token divergence and the
     student's entropy float32 [rows]), differentiable in the student's hidden states, weight and bias through the
     loss alone. TRL's DistillationTrainer's loss is this with weights = the completion mask / num_items_in_batch (or
-    / the valid tokens). `chunk`: "auto" (`fused.choose` on the chip being traced for), a chunk of rows for the
+    / the valid tokens). `chunk`: "auto" (`fused.loss_chunk` on the chip being traced for), a chunk of rows for the
     fused scheme (`fused`: the gradients made in the forward, four matmuls in one chunk's memory), or None: the
-    per-token call (`divergence`, "auto") weighted, where the fused scheme's accumulator does not fit."""
+    per-token call (`divergence`, "auto") weighted, which "auto" takes where its stored scheme fits and the fused
+    one would add dw_s by `accumulate`'s pair (`fused.PAIR_SLOWER`), or the fused scheme fits no chunk."""
     xs, ws, bs, xt, wt, bt = student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias
     check(xs, ws, bs, xt, wt, bt)
     checks.array("distill", "weights", weights)
@@ -276,7 +277,7 @@ def loss(student_hidden: jax.Array, student_weight: jax.Array, student_bias: jax
     kind = setting(beta, temperature, student_scale, student_soft_cap, teacher_scale, teacher_soft_cap)
     vocab = ws.shape[0]
     if chunk == "auto":
-        chunk = fused.choose(kernels.sizes_of(xs, xt, vocab), roofline.chip())
+        chunk = fused.loss_chunk(kernels.sizes_of(xs, xt, vocab), roofline.chip(), kind)
     elif chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
         raise ValueError(f"tokamax distill: chunk must be \"auto\", a number of rows or None, got {chunk!r}")
     if chunk is None:

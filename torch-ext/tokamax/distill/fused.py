@@ -24,6 +24,8 @@ accumulator at any number of rows.
 `choose` (the rule): the largest chunk of `CHUNKS` whose temporaries (`temporaries`) fit 1/`HBM_SHARE` of the
 chip's HBM, at the least roofline time (`cost`). The rows left after the whole chunks run as one more chunk
 (`lm_head.fused.TAIL_ROWS`). Rows that are one chunk add dw_s by XLA, not the kernel (`held_pair`, `ONE_CHUNK`).
+`loss_chunk` (the loss's scheme): this one where it adds dw_s without the pair, else the per-token call's stored
+scheme where that fits (`PAIR_SLOWER`), else this one with the pair.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from ..lm_head import accumulate
 from ..lm_head.blocks import round_up
 from ..lm_head.cost import HBM_SHARE
 from ..lm_head.fused import SMALL_BUFFERS, TAIL_ROWS, Pending, chunk_rows
+from . import stored
 from .blocks import Sizes
 from .cost import STORED_VECTOR_SECONDS
 from .kernels import Setting, sizes_of
@@ -57,11 +60,21 @@ forward and backward took 10.82 ms against XLA's 7.96 at Qwen3 1.7B <- Qwen3 8B'
 7.86 against 6.45 at Qwen3 0.6B's, where the per-token stored scheme's divergence took 7.40 and 5.83 (XLA's 7.82 and
 6.34). In one chunk XLA's dw_s matmul writes dw_s once in its dtype, the cotangent's scale and the rounding fused into
 it, as the labels path's one chunk (`lm_head.fused.ONE_CHUNK`, which the v5e ran at XLA's time)."""
+PAIR_SLOWER = "v5e-2026-12-07-zoo-prefill-distill-stats-256-1024-44d0773.json"
+"""The record (with its 128 and 512 rows twin) of the zoo's distillation at a prefill's rows on the v5e, the loss's
+rule before `loss_chunk`: where the fused scheme added dw_s by `accumulate`'s pair (more than one chunk, or one
+chunk whose float32 dw_s would not fit the share: Gemma 2 2B <- 9B's and Gemma 3 1B <- 4B's heads at any of these
+rows) its forward and backward took 1.17-1.62x XLA's loss (27.97 against 22.34 ms at 1,024 rows of Qwen3 1.7B <- 8B;
+15.98 against 10.46 at 128 rows of Gemma 2 2B <- 9B), where the per-token call's stored scheme took 0.96-1.06x
+(23.73, 10.02), as at 4,096 rows before (v5e-2026-12-05-bench-attention-lm_head-distill-286717f.json: 94.09 against
+the fused chunks' 99.94-101.27, XLA 91.88). Where the fused scheme's one chunk adds dw_s by XLA's matmul it was the
+fastest of the three (6.97 against 7.41 and XLA's 7.86 at 256 rows of Qwen3 1.7B <- 8B). The roofline does not see
+the pair's cost (it puts the two at equal time at 1,024 rows), so the rule says it, not the cost model."""
 CHUNK_TEMPORARIES = 3
 """[chunk, vocab] float32 arrays a chunk holds at once: both models' logits and what XLA makes of them before G is
 written in the student's dtype."""
 
-__all__ = ["CHUNKS", "FusedCost", "choose", "cost", "loss", "loss_and_grads", "temporaries"]
+__all__ = ["CHUNKS", "FusedCost", "choose", "cost", "loss", "loss_and_grads", "loss_chunk", "temporaries"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +152,18 @@ def choose(sizes: Sizes, chip: roofline.Chip, weight_grad: bool = True) -> int |
              if c <= round_up(sizes.rows, CHUNKS[-1])]
     fitting = [c for c in costs if c.temp_bytes + SMALL_BUFFERS <= chip.hbm // HBM_SHARE]
     return min(fitting, key=lambda c: (c.seconds(chip), -c.chunk)).chunk if fitting else None
+
+
+def loss_chunk(sizes: Sizes, chip: roofline.Chip, setting: Setting | None = None, weight_grad: bool = True
+               ) -> int | None:
+    """The loss's scheme (`distill.loss`'s and the Torch op's "auto"): `choose`'s chunk where the fused scheme adds
+    dw_s without `accumulate`'s pair (`held_pair`: one chunk, XLA's matmul writing dw_s; or no dw_s at all); else
+    None, the per-token call weighted, where its stored scheme fits (`stored.choose`); else `choose`'s chunk with
+    the pair (Q past the share: the fused scheme's one chunk of memory is what runs). Measured (`PAIR_SLOWER`)."""
+    chunk = choose(sizes, chip, weight_grad)
+    if chunk is not None and not held_pair(sizes, chunk, chip, weight_grad):
+        return chunk
+    return None if stored.choose(sizes, chip, setting) is not None else chunk
 
 
 def loss_and_grads(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.Array, bt: jax.Array,

@@ -1,7 +1,7 @@
 """Distillation's choices: for `distill.divergence` the scheme (`distill.chunk_of`: the stored scheme at a chunk, or
 the kernels at their blocks) with both schemes' roofline times and the stored one's temporaries against the share of
-HBM; for `distill.loss` the fused scheme's chunk (`distill.fused.choose`) and every chunk it weighed, or where none
-fits, the per-token call's scheme."""
+HBM; for `distill.loss` the fused scheme's chunk (`distill.fused.loss_chunk`) and every chunk `fused.choose` weighed,
+or the per-token call's scheme and why."""
 
 from __future__ import annotations
 
@@ -76,13 +76,13 @@ def explain_loss(chip: str, student_hidden: Any, student_weight: Any, student_bi
                  temperature: float = 1.0, student_scale: float = 1.0, student_soft_cap: float | None = None,
                  teacher_scale: float = 1.0, teacher_soft_cap: float | None = None,
                  chunk: int | str | None = "auto") -> Explanation:
-    """`distill.loss(...)` on the chip: the fused scheme's chunk, or the per-token call's scheme where none fits."""
+    """`distill.loss(...)` on the chip: the fused scheme's chunk, or the per-token call's scheme and why."""
     del student_bias, teacher_bias, weights
     xs, xt, vocab, sizes = _operands(student_hidden, student_weight, teacher_hidden, teacher_weight)
     setting = setting_of(beta, temperature, student_scale, student_soft_cap, teacher_scale, teacher_soft_cap)
     on = roofline.chip()
     if chunk == "auto":
-        chunk, source = fused.choose(sizes, on), "the cost model (fused.choose)"
+        chunk, source = fused.loss_chunk(sizes, on, setting), "the rule (fused.loss_chunk)"
     elif chunk is None or (isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0):
         source = f"given (chunk={chunk})"
     else:
@@ -90,7 +90,10 @@ def explain_loss(chip: str, student_hidden: Any, student_weight: Any, student_bi
                          f"{chunk!r}")
     if chunk is None:
         per_token = _divergence(chip, xs, xt, vocab, sizes, setting, "auto", "distill.loss")
-        return dataclasses.replace(per_token, path=f"per-token {per_token.path} (the fused scheme fits no chunk)")
+        why = (source if source.startswith("given") else "the fused scheme fits no chunk"
+               if fused.choose(sizes, on) is None else "the fused scheme would add dW by the accumulator kernel, "
+               "slower where the stored scheme fits: fused.PAIR_SLOWER")
+        return dataclasses.replace(per_token, path=f"per-token {per_token.path} ({why})")
     budget = on.hbm // fused.HBM_SHARE - fused.SMALL_BUFFERS
     costs = [fused.cost(sizes, c, kernel=fused.held_pair(sizes, c, on)) for c in fused.CHUNKS
              if c <= round_up(sizes.rows, fused.CHUNKS[-1])]

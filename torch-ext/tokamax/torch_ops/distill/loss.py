@@ -9,8 +9,8 @@ gradients by the loss's cotangent and rounds them once, so the backward runs no 
 scaled after (TRL's loss over `num_items_in_batch`, gradient accumulation's loss / n), they were rounded twice;
 `distill.loss`, the JAX loss, holds them unrounded and rounds them once the same way (`distill.fused`). `chunk`
 (static: one export per value) is the fused scheme's rows per chunk; `distill_loss_chunk` gives
-`distill.fused.choose`'s for the chip the ops are traced for, 0 where the fused scheme's accumulator does not fit:
-then the per-token op (`distillation_divergence`), weighted.
+`distill.fused.loss_chunk`'s for the chip the ops are traced for, 0 for the per-token op (`distillation_divergence`)
+weighted: where its stored scheme fits and the fused one would add dw by the pair, or the fused scheme fits no chunk.
 """
 
 from __future__ import annotations
@@ -99,15 +99,16 @@ _forward_grads.register(distill_loss_grad_x_op, 3, 1)
 
 @chip_for_tracing()
 def distill_loss_chunk(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, vocab: int,
-                       weight_grad: bool = True) -> int:
-    """The fused scheme's chunk rows on the chip the ops are traced for (`distill.fused.choose`), 0 where it does
-    not fit (the per-token op then). Host code on the tensors' shapes and dtypes; symbolic sizes take the per-token
-    op (a choice by the rows would specialize a compiled graph on them)."""
+                       weight_grad: bool = True, setting: distill.Setting | None = None) -> int:
+    """The fused scheme's chunk rows on the chip the ops are traced for (`distill.fused.loss_chunk`, the JAX loss's
+    rule), 0 for the per-token op weighted (its stored scheme where that fits and the fused one would add dw by the
+    pair; where the fused scheme fits no chunk). Host code on the tensors' shapes and dtypes; symbolic sizes take
+    the per-token op (a choice by the rows would specialize a compiled graph on them)."""
     sizes = (student_hidden.shape[0], student_hidden.shape[1], teacher_hidden.shape[1], vocab)
     if not all(isinstance(s, int) for s in sizes):
         return 0
     sizes = distill.blocks.Sizes(*sizes, student_hidden.element_size(), teacher_hidden.element_size())
-    return distill.fused.choose(sizes, roofline.chip(), weight_grad) or 0
+    return distill.fused.loss_chunk(sizes, roofline.chip(), setting, weight_grad) or 0
 
 
 def distillation_loss(student_hidden: torch.Tensor, student_weight: torch.Tensor, student_bias: torch.Tensor | None,
@@ -134,7 +135,8 @@ def distillation_loss(student_hidden: torch.Tensor, student_weight: torch.Tensor
     weight_grad = student_weight.requires_grad or (student_bias is not None and student_bias.requires_grad)
     if chunk is None:
         chunk = 0 if torch.compiler.is_compiling() else distill_loss_chunk(student_hidden, teacher_hidden,
-                                                                           student_weight.shape[0], weight_grad)
+                                                                           student_weight.shape[0], weight_grad,
+                                                                           setting)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
         raise ValueError(f"tokamax {OP}: chunk must be an int >= 0 (0: the per-token op) or None, got {chunk!r}")
     if not chunk:

@@ -1,0 +1,65 @@
+"""The chip's runs behind the loss's rule (`distill.fused.loss_chunk`, `fused.PAIR_SLOWER`): the zoo's distillation at
+a prefill's rows on the v5e (128 to 1,024 tokens, eight student <- teacher pairs), where the loss's fused scheme, the
+per-token call and XLA ran in one run. CI has no chip: these read what it measured and hold the rule to it: where the
+fused scheme added dw by `accumulate`'s pair the per-token call (its stored scheme) was faster, and the rule now
+takes it; where the fused scheme's one chunk left dw to XLA it was the faster, and the rule keeps it."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+MEASURED = Path(__file__).resolve().parents[3] / "benchmarks/measured"
+SHAPE = re.compile(r"(\d+) tokens, student (\d+), teacher (\d+), vocabulary (\d+)")
+
+
+def _times(name: str) -> dict[tuple[int, int, int, int], dict[tuple[str, str], float]]:
+    """(rows, student, teacher, vocab) -> (op, impl) -> median seconds, forward and backward."""
+    out: dict = {}
+    for r in json.loads((MEASURED / name).read_text())["records"]:
+        if r["op"].startswith("distillation") and r["pass"] == "fwd+bwd" and r.get("median_s"):
+            shape = tuple(int(g) for g in SHAPE.search(r["case"]).groups())
+            out.setdefault(shape, {})[(r["op"], r["impl"])] = r["median_s"]
+    return out
+
+
+@pytest.mark.kernels_ci
+def test_the_loss_takes_what_ran_faster_at_every_prefill_shape(kernel, emulation):
+    fused, stored = kernel.distill.fused, kernel.distill.stored
+    with emulation.emulated_chip("v5e"):
+        on = kernel.roofline.chip()
+    runs = {**_times(fused.PAIR_SLOWER), **_times(fused.PAIR_SLOWER.replace("256-1024", "128-512"))}
+    assert len(runs) == 32, sorted(runs)  # 8 pairs at 4 token counts
+    took_pair = 0
+    for shape, t in runs.items():
+        sizes = kernel.distill.blocks.Sizes(*shape, 2, 2)
+        loss, per_token = t[("distillation_loss", "tokamax")], t[("distillation", "tokamax")]
+        old = fused.choose(sizes, on)  # the rule the runs took: the fused chunk, always
+        if fused.held_pair(sizes, old, on):
+            took_pair += 1
+            assert per_token < loss, shape  # the pair's 1.17-1.62x
+            assert stored.choose(sizes, on) is not None and fused.loss_chunk(sizes, on) is None, shape
+        else:
+            assert loss < per_token, shape
+            assert fused.loss_chunk(sizes, on) == old, shape
+    assert took_pair == 13
+
+
+@pytest.mark.kernels_ci
+def test_past_the_stored_schemes_share_the_fused_scheme_stays(kernel, emulation):
+    """At 4,096 rows of Qwen3 1.7B <- 8B the stored scheme fits (the per-token call: 94.09 ms on the v5e against the
+    fused chunks' 99.94-101.27); at 8,192 rows of Qwen2.5 0.5B <- 7B its Q does not (2.5 GB), and the fused scheme's
+    chunks of 768 with the pair run (127.3 ms against the kernels' 217.9 and XLA's 121.1); a frozen head has no
+    pair to add into, and keeps the fused scheme at a prefill's rows and at training's."""
+    fused, stored, sizes = kernel.distill.fused, kernel.distill.stored, kernel.distill.blocks.Sizes
+    with emulation.emulated_chip("v5e"):
+        on = kernel.roofline.chip()
+    qwen3 = sizes(4096, 2048, 4096, 151936)
+    assert fused.held_pair(qwen3, fused.choose(qwen3, on), on) and fused.loss_chunk(qwen3, on) is None
+    qwen25 = sizes(8192, 896, 3584, 151936)
+    assert stored.choose(qwen25, on) is None and fused.loss_chunk(qwen25, on) == 768
+    for s in (qwen3, sizes(1024, 2048, 4096, 151936)):
+        assert fused.loss_chunk(s, on, weight_grad=False) == fused.choose(s, on, weight_grad=False)
