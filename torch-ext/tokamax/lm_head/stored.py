@@ -89,6 +89,14 @@ rows (`v5e-2026-12-07-lmhead-onechunk-256-bd81221-patched.json`, medians) 6.48 a
 Under a soft cap the rows' float32 logits are kept in its place (`KEPT_LOGITS`); before, none were, and one step
 recomputed the logits: Gemma 2 2B's head at 256 rows took 10.32 ms against XLA's 8.51 (the same as the steps',
 10.27)."""
+ONE_STEP_DW = "v5e-2026-12-07-zoo-prefill-distill-stats-128-512-44d0773.json"
+"""The record behind `cost`'s one backward step writing dw once (no zeroing pass: nothing adds into it). Counted as
+zeroed and written, the one-chunk layout's roofline sat above the kernels' at 128 rows of most heads and at 256 of
+the smallest (SmolLM2 135M's, Gemma 3 1B's), so TRL's statistics took the kernels there, and the v5e ran them at
+1.09-1.23x XLA's time forward and backward (128 rows: 4.43 against 3.71 ms at Qwen3 1.7B's head, 1.18 against 0.96
+at SmolLM2 135M's), where the same layout one row count up ran at XLA's (256 rows: 3.47 against 3.42 at Qwen2.5 0.5B's
+head). The compiler agrees: at 256 rows of Qwen3 1.7B's head the layout moves 2.73 GB against XLA's 2.81 (libtpu
+0.0.52, compile-only), no zeroing pass in its program."""
 KEPT_LOGITS = 4
 """Bytes a kept row holds per logit under a soft cap: its float32 logit z, from which the backward makes p and dz/dl
 exactly, where p in x's dtype would not give dz/dl back near the cap. What XLA's own formulation keeps for its
@@ -225,7 +233,8 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, layout: Layout, *, b
     figure for the same reductions. Backward flops: dx = G @ w, dw = G.T @ x (not for a frozen head) and the logits
     again for the rows not kept; bytes: p read, G in x's dtype written and read by each matmul, the weight read for
     dx and for the logits again, per step dx's float32 accumulator read and written and x read (for dw, and for the
-    logits again), those logits written and read in float32, dx written, dw zeroed and written, db; over each of its
+    logits again), those logits written and read in float32, dx written, dw zeroed (where more than one step adds
+into it: in one step its matmul writes it once, `ONE_STEP_DW`) and written, db; over each of its
     kept row's logits `KEPT_SECONDS` of vector work (G from p). p's bytes are `kept_itemsize`'s (a soft cap's float32
     logits)."""
     chunk = chunk_for(rows, layout.chunk)
@@ -243,8 +252,8 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, layout: Layout, *, b
         back = layout.kept * vocab * kept + (1 + grads) * rows * vocab * itemsize  # p read; G written, read
         back += w + (w if again else 0) + 2 * again * vocab * 4 + rows * hidden * itemsize
         back += steps * (2 * rows * hidden * 4 + (again + rows * weight_grad) * hidden * itemsize)
-        if weight_grad:
-            back += 2 * w + vocab * 4  # dw zeroed and written, db
+        if weight_grad:  # dw zeroed where steps add into it, and written; db
+            back += (2 if steps > 1 else 1) * w + vocab * 4
         after = StoredCost(chunk, 2 * (grads * rows + again) * vocab * hidden, back, temporaries_,
                            (rows - again) * vocab, KEPT_SECONDS)
     return StoredCost(chunk, 2 * padded * vocab * hidden, moved, temporaries_, padded * vocab, STATISTICS_SECONDS,
