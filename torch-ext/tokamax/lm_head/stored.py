@@ -89,14 +89,16 @@ rows (`v5e-2026-12-07-lmhead-onechunk-256-bd81221-patched.json`, medians) 6.48 a
 Under a soft cap the rows' float32 logits are kept in its place (`KEPT_LOGITS`); before, none were, and one step
 recomputed the logits: Gemma 2 2B's head at 256 rows took 10.32 ms against XLA's 8.51 (the same as the steps',
 10.27)."""
-ONE_STEP_DW = "v5e-2026-12-07-zoo-prefill-distill-stats-128-512-44d0773.json"
-"""The record behind `cost`'s one backward step writing dw once (no zeroing pass: nothing adds into it). Counted as
-zeroed and written, the one-chunk layout's roofline sat above the kernels' at 128 rows of most heads and at 256 of
-the smallest (SmolLM2 135M's, Gemma 3 1B's), so TRL's statistics took the kernels there, and the v5e ran them at
-1.09-1.23x XLA's time forward and backward (128 rows: 4.43 against 3.71 ms at Qwen3 1.7B's head, 1.18 against 0.96
-at SmolLM2 135M's), where the same layout one row count up ran at XLA's (256 rows: 3.47 against 3.42 at Qwen2.5 0.5B's
-head). The compiler agrees: at 256 rows of Qwen3 1.7B's head the layout moves 2.73 GB against XLA's 2.81 (libtpu
-0.0.52, compile-only), no zeroing pass in its program."""
+ONE_STEP_DW = "v5e-2026-12-07-zoo-prefill-loss-stats-128-c003b28.json"
+"""The record behind `cost`'s one backward step writing dw once (no zeroing pass: nothing adds into it): TRL's
+statistics at 128 rows of ten heads on the v5e after the change, at 0.88-1.01x XLA's time forward and backward (3.68
+against 3.74 ms at Qwen3 1.7B's head). Counted as zeroed and written, the one-chunk layout's roofline sat above the
+kernels' at 128 rows of most heads and at 256 of the smallest (SmolLM2 135M's, Gemma 3 1B's), so the statistics took
+the kernels there, and the v5e ran them at 1.09-1.23x XLA's time
+(`v5e-2026-12-07-zoo-prefill-distill-stats-128-512-44d0773.json`: 4.43 against 3.71 ms at Qwen3 1.7B's head), where
+the same layout one row count up ran at XLA's (256 rows: 3.47 against 3.42 at Qwen2.5 0.5B's head). The compiler
+agrees: at 256 rows of Qwen3 1.7B's head the layout moves 2.73 GB against XLA's 2.81 (libtpu 0.0.52, compile-only),
+no zeroing pass in its program."""
 KEPT_LOGITS = 4
 """Bytes a kept row holds per logit under a soft cap: its float32 logit z, from which the backward makes p and dz/dl
 exactly, where p in x's dtype would not give dz/dl back near the cap. What XLA's own formulation keeps for its
