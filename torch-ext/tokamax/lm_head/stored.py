@@ -236,9 +236,8 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, layout: Layout, *, b
     again for the rows not kept; bytes: p read, G in x's dtype written and read by each matmul, the weight read for
     dx and for the logits again, per step dx's float32 accumulator read and written and x read (for dw, and for the
     logits again), those logits written and read in float32, dx written, dw zeroed (where more than one step adds
-into it: in one step its matmul writes it once, `ONE_STEP_DW`) and written, db; over each of its
-    kept row's logits `KEPT_SECONDS` of vector work (G from p). p's bytes are `kept_itemsize`'s (a soft cap's float32
-    logits)."""
+    into it: in one step its matmul writes it once, `ONE_STEP_DW`) and written, db; over each of its kept row's
+    logits `KEPT_SECONDS` of vector work (G from p). p's bytes are `kept_itemsize`'s (a soft cap's float32 logits)."""
     chunk = chunk_for(rows, layout.chunk)
     padded = round_up(rows, chunk)
     again = rows - min(layout.kept, rows)
