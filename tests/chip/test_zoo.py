@@ -187,6 +187,25 @@ def test_the_shards_cover_the_plan_and_fit_a_command():
     assert f"{len(models.MODELS)} published models" in doc
 
 
+def test_six_compiles_at_a_time_split_the_plan_into_fewer_commands_that_fit():
+    """`TOKAMAX_ZOO_JOBS=6`: the shards split by the estimate at six compiles at a time cover the plan, whole groups
+    each, each within a command, in fewer commands than one at a time; the bench's selection splits the same way."""
+    running = [e for e in plan.entries() if not e.skipped]
+    n = plan.shards_needed(running, 6)
+    assert n < plan.shards_needed(running)
+    parts = plan.split(running, n, 6)
+    assert sorted(e.key for p in parts for e in p) == sorted(e.key for e in running)
+    assert all(p and plan.START_S + plan.seconds(p, 6) <= plan.COMMAND_S for p in parts)
+    part = select.from_env({select.ENV_SHARD: f"2/{n}", select.ENV_JOBS: "6"})
+    assert part.jobs == 6 and part.describe()["jobs"] == 6
+    assert [e.key for e in select.chosen(plan.entries(), part)] == [e.key for e in plan.split(plan.entries(), n, 6)[1]]
+    for bad in ("3", "0"):
+        with pytest.raises(ValueError, match="TOKAMAX_ZOO_JOBS"):
+            select.from_env({select.ENV_JOBS: bad})
+    with pytest.raises(ValueError, match="compiles at a time"):
+        running[0].seconds_at(2)
+
+
 def test_a_command_selects_its_part_by_the_environment():
     entries = plan.entries()
     part = select.from_env({select.ENV_MODELS: "Llama 3.2 1B, Qwen3 8B", select.ENV_TOKENS: "128,8192",

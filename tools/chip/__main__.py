@@ -24,10 +24,12 @@ ZOO_BATCH = 36
 """The zoo's workloads compiled and timed this many at a time: a command cut at the host's time limit keeps every
 batch it finished."""
 ZOO_JOBS = 1
-"""The zoo's compiles at a time: its first calls (`compile_s`) are a user's, whose program compiles alone. Its first
-shard (6c78e5c) compiled six at a time, and the grouped matmul's forward and backward took 15.6-24.4 s there, where
-the same programs compiled alone in 6.3-12.4 s on a loaded 2-core CPU host for the v5e: contention, not the kernel's
-own time, made much of that."""
+"""The zoo's compiles at a time by default: its first calls (`compile_s`) are a user's, whose program compiles alone.
+Its first shard (6c78e5c) compiled six at a time, and the grouped matmul's forward and backward took 15.6-24.4 s there,
+where the same programs compiled alone in 6.3-12.4 s on a loaded 2-core CPU host for the v5e: contention, not the
+kernel's own time, made much of that. `TOKAMAX_ZOO_JOBS=6` compiles six at a time (the zoo in fewer commands, its first
+calls overstated: `zoo.plan.JOBS`); the zoo takes its compiles at a time from there, not from `--jobs`, since its
+shards are split by them."""
 
 
 def _peaks(out: ResultsFile) -> float:
@@ -95,8 +97,8 @@ def main(argv: list[str]) -> int:
                         "', ' stays in it)")
     parser.add_argument("--case", default="", help="bench, sweep: only the workloads whose case holds this text; "
                         "check: only the model shapes whose name holds it")
-    parser.add_argument("--jobs", type=int, default=None, help="compiles at a time (default 6; the zoo 1: its first "
-                        "calls are a user's, whose program compiles alone)")
+    parser.add_argument("--jobs", type=int, default=None, help="compiles at a time (default 6; the zoo "
+                        "TOKAMAX_ZOO_JOBS's, default 1: its first calls are a user's, whose program compiles alone)")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--max-configs", type=int, default=None, help="tune: candidates timed per kernel call "
                         "(default tune.MAX_CONFIGS)")
@@ -148,7 +150,12 @@ def main(argv: list[str]) -> int:
             parser.error("--only zoo runs alone (its results go to DIR/zoo.json)")
         what = "zoo" if names == ["zoo"] else "bench"
         out = ResultsFile(args.out / f"{what}.json", header(args.commit, what))
-        jobs = args.jobs or (ZOO_JOBS if what == "zoo" else 6)
+        jobs = args.jobs or 6
+        if what == "zoo":
+            jobs = zoo.select.from_env().jobs
+            if args.jobs not in (None, jobs):
+                parser.error(f"--only zoo compiles {zoo.select.ENV_JOBS} ({jobs}) at a time: its shards are split "
+                             f"by it; set that, not --jobs")
         if what == "zoo":  # the part of the plan this command runs, and what of it the plan skips and why
             out.set("zoo", zoo.header(case=args.case) | {"compiles_at_once": jobs})
         impls = {n.strip() for n in re.split(r",(?! )", args.impl) if n.strip()}  # names hold ", " themselves

@@ -24,6 +24,9 @@ count, the prefill counts first):
 
     TOKAMAX_ZOO_SHARD=1/57 python3 -m tools.chip bench --only zoo --out build/chip/zoo-1   # ... to 57/57
 
+`TOKAMAX_ZOO_JOBS=6` compiles six at a time instead (`python -m tools.chip.zoo --jobs 6` lists its fewer shards,
+split by the estimate at six: `plan.JOBS`, `plan.SIX_AT_ONCE`); its first calls overstate a user's.
+
 A part can be named instead (`TOKAMAX_ZOO_TOKENS=8192 TOKAMAX_ZOO_MODELS="Llama 3.1 8B,Qwen3-30B-A3B"`, then
 `TOKAMAX_ZOO_SHARD` splits that part) and `--case TEXT` filters as for any module. The zoo's workloads are compiled
 and timed 36 at a time (`tools.chip.__main__.ZOO_BATCH`), so a command cut at the limit keeps every batch it

@@ -30,6 +30,16 @@ CALLS = 12  # 2 warm-up calls and 10 timed, each waited for (tools.chip bench's 
 PIPELINED_CALLS = 10  # then 10 issued back to back, for calls under tools.chip.measure.PIPELINED_BELOW_S
 CONTENTION = 3  # COMPILE_S's records compiled six at a time on the host's 13 cores, each about 3x a lone compile; the
 # zoo compiles one at a time (tools.chip's ZOO_JOBS: a user's first call), so a lone one is estimated at COMPILE_S / 3
+JOBS = (1, 6)
+"""Compiles at a time the estimates know (`select.ENV_JOBS`): one, a user's first call, and six, as the benchmark's
+own runs compile (each of the six `SIX_AT_ONCE` times a lone compile, six sharing the host's time)."""
+SIX_AT_ONCE = 2.0
+"""A compile among six at once over the same compile alone: the same XLA programs took 1.26-1.70x in shard 6
+(6c78e5c, six at once) what they took in 44d0773's run (one at a time), on the chip host; the grouped matmul's Mosaic
+programs 2-2.5x (`tools.chip.__main__.ZOO_JOBS`, alone on another host). Six at once cuts the plan's compiling about
+threefold (4.7 h to about 3.0 h on the whole zoo, whose calls at training's token counts take 2.2 h) and overstates
+each first call by as much: the table says which runs compiled so; a first call past 10 s there is measured again
+alone (`--case`)."""
 MAKE_S = 0.3  # the inputs made on the chip, per workload
 FLOOR_S = 2e-4  # a call's dispatch and launch where the work is nothing
 START_S = 90.0  # a command's own: JAX's start, the bundle, the peaks measured before any workload
@@ -93,15 +103,23 @@ class Entry:
 
     @property
     def seconds(self) -> float:
-        """Estimated seconds on the chip: its share of the compiles, the calls, the inputs (0 where skipped)."""
+        """`seconds_at` one compile at a time."""
+        return self.seconds_at(1)
+
+    def seconds_at(self, jobs: int) -> float:
+        """Estimated seconds on the chip, compiling `jobs` (of `JOBS`) at a time: its share of the compiles, the
+        calls, the inputs (0 where skipped)."""
+        if jobs not in JOBS:
+            raise ValueError(f"tools.chip.zoo: the estimates know {JOBS} compiles at a time, not {jobs}")
         if self.skipped:
             return 0.0
         compile_s = COMPILE_S[self.way]
         compile_s = compile_s[self.op] if isinstance(compile_s, dict) else compile_s
+        compile_s = compile_s / CONTENTION * (1 if jobs == 1 else SIX_AT_ONCE / jobs)
         rate = PEAK * (XLA_EFFICIENCY[self.op] if self.way == "xla" else EFFICIENCY[self.way])
         call_s = max(FLOOR_S, self.flops / rate, memory.need(self.call, self.way, self.pass_) / HBM_RATE)
         calls = CALLS + (PIPELINED_CALLS if call_s < PIPELINED_BELOW_S else 0)
-        return compile_s / CONTENTION + calls * call_s + MAKE_S
+        return compile_s + calls * call_s + MAKE_S
 
 
 def _gib(b: float) -> str:
@@ -171,20 +189,21 @@ def groups(plan: Iterable[Entry]) -> list[list[Entry]]:
     return list(out.values())
 
 
-def seconds(plan: Iterable[Entry]) -> float:
-    return sum(e.seconds for e in plan)
+def seconds(plan: Iterable[Entry], jobs: int = 1) -> float:
+    return sum(e.seconds_at(jobs) for e in plan)
 
 
-def shards_needed(plan: Sequence[Entry]) -> int:
-    return max(1, math.ceil(seconds(plan) / SHARD_S))
+def shards_needed(plan: Sequence[Entry], jobs: int = 1) -> int:
+    return max(1, math.ceil(seconds(plan, jobs) / SHARD_S))
 
 
-def split(plan: Sequence[Entry], n: int) -> list[list[Entry]]:
-    """The plan in `n` shards of about equal estimated seconds, whole groups each, in the plan's order."""
+def split(plan: Sequence[Entry], n: int, jobs: int = 1) -> list[list[Entry]]:
+    """The plan in `n` shards of about equal estimated seconds at `jobs` compiles at a time, whole groups each, in
+    the plan's order."""
     parts: list[list[Entry]] = [[] for _ in range(n)]
-    total, done = seconds(plan), 0.0
+    total, done = seconds(plan, jobs), 0.0
     for g in groups(plan):
         index = min(n - 1, int(done / total * n)) if total else 0
         parts[index] += g
-        done += seconds(g)
+        done += seconds(g, jobs)
     return parts

@@ -7,6 +7,9 @@ part by environment variables (the bench's own `--case TEXT` filters within it a
                                                  lm_head_statistics, distillation, distillation_loss)
     TOKAMAX_ZOO_SHARD=3/12                       the third of 12 shards of about equal estimated time (after the
                                                  filters above; `python -m tools.chip.zoo` lists the shards)
+    TOKAMAX_ZOO_JOBS=6                           compiles at a time (`plan.JOBS`; default 1, a user's first call):
+                                                 the shards are split by the estimate at that many, and the bench
+                                                 compiles that many (`python -m tools.chip.zoo --jobs 6` lists them)
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from .models import BY_NAME
-from .plan import Entry, split
+from .plan import JOBS, Entry, split
 
 ENV_MODELS, ENV_TOKENS, ENV_OPS, ENV_SHARD = "TOKAMAX_ZOO_MODELS", "TOKAMAX_ZOO_TOKENS", "TOKAMAX_ZOO_OPS", \
     "TOKAMAX_ZOO_SHARD"
+ENV_JOBS = "TOKAMAX_ZOO_JOBS"
 OPS = ("attention", "grouped_matmul", "lm_head_loss", "lm_head_statistics", "distillation", "distillation_loss")
 
 
@@ -28,11 +32,12 @@ class Selection(NamedTuple):
     tokens: frozenset[int] = frozenset()
     ops: frozenset[str] = frozenset()
     shard: tuple[int, int] | None = None  # (index from 1, count)
+    jobs: int = 1  # compiles at a time: the shards' split, and the bench's
 
     def describe(self) -> dict[str, object]:
         """What the results file records of the selection."""
         return {"models": sorted(self.models), "tokens": sorted(self.tokens), "ops": sorted(self.ops),
-                "shard": None if self.shard is None else f"{self.shard[0]}/{self.shard[1]}"}
+                "shard": None if self.shard is None else f"{self.shard[0]}/{self.shard[1]}", "jobs": self.jobs}
 
 
 def _items(text: str) -> list[str]:
@@ -56,7 +61,10 @@ def from_env(env: Mapping[str, str] | None = None) -> Selection:
         if not 1 <= index <= count:
             raise ValueError(f"{ENV_SHARD}: {env[ENV_SHARD]!r} is not INDEX/COUNT with 1 <= INDEX <= COUNT")
         shard = (index, count)
-    return Selection(models, tokens, ops, shard)
+    jobs = int(env.get(ENV_JOBS, "").strip() or 1)
+    if jobs not in JOBS:
+        raise ValueError(f"{ENV_JOBS}: {jobs} compiles at a time; the estimates that split the shards know {JOBS}")
+    return Selection(models, tokens, ops, shard, jobs)
 
 
 def chosen(plan: Sequence[Entry], selection: Selection) -> list[Entry]:
@@ -66,5 +74,5 @@ def chosen(plan: Sequence[Entry], selection: Selection) -> list[Entry]:
            and (not selection.ops or e.op in selection.ops)]
     if selection.shard is not None:
         index, count = selection.shard
-        out = split(out, count)[index - 1]
+        out = split(out, count, selection.jobs)[index - 1]
     return out
