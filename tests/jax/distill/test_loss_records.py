@@ -29,12 +29,21 @@ def _times(name: str) -> dict[tuple[int, int, int, int], dict[tuple[str, str], f
     return out
 
 
+def _runs(*names: str) -> dict[tuple[int, int, int, int], dict[tuple[str, str], float]]:
+    return {shape: t for name in names for shape, t in _times(name).items()}
+
+
+def _before(fused) -> dict:  # noqa: ANN001
+    """The runs before the rule: `PAIR_SLOWER` and its 128 and 512 rows twin."""
+    return _runs(fused.PAIR_SLOWER, fused.PAIR_SLOWER.replace("256-1024", "128-512"))
+
+
 @pytest.mark.kernels_ci
 def test_the_loss_takes_what_ran_faster_at_every_prefill_shape(kernel, emulation):
     fused, stored = kernel.distill.fused, kernel.distill.stored
     with emulation.emulated_chip("v5e"):
         on = kernel.roofline.chip()
-    runs = {**_times(fused.PAIR_SLOWER), **_times(fused.PAIR_SLOWER.replace("256-1024", "128-512"))}
+    runs = _before(fused)
     assert len(runs) == 32, sorted(runs)  # 8 pairs at 4 token counts
     took_pair = 0
     for shape, t in runs.items():
@@ -76,9 +85,9 @@ def test_run_again_the_loss_is_faster_where_the_rule_changed(kernel, emulation):
     fused = kernel.distill.fused
     with emulation.emulated_chip("v5e"):
         on = kernel.roofline.chip()
-    before = {**_times(fused.PAIR_SLOWER), **_times(fused.PAIR_SLOWER.replace("256-1024", "128-512"))}
-    after = {**_times("v5e-2026-12-07-zoo-prefill-loss-stats-128-c003b28.json"),
-             **_times("v5e-2026-12-07-zoo-prefill-loss-512-1024-c003b28.json")}
+    before = _before(fused)
+    after = _runs("v5e-2026-12-07-zoo-prefill-loss-stats-128-c003b28.json",
+                  "v5e-2026-12-07-zoo-prefill-loss-512-1024-c003b28.json")
     assert len(after) == 24
     changed = 0
     for shape, t in after.items():
