@@ -39,8 +39,8 @@ class ExportProbe(TorchDispatchMode):
         return func(*args, **kwargs)
 
     def attention_calls(self) -> int:
-        """Calls of the attention ops (fixed and run-time offset)."""
-        return self.count("splash_attention") + self.count("splash_attention_at")
+        """Calls of the attention ops (fixed offset, run-time offset, a transformers cache step)."""
+        return sum(self.count(op) for op in ("splash_attention", "splash_attention_at", "splash_attention_cache"))
 
     def count(self, op: str) -> int:
         """How many times `op` ran."""

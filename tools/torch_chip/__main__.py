@@ -1,4 +1,4 @@
-"""`python3 -m tools.torch_chip {jax,jax-profile,bridge,profile,mirror,steps,trl} --out DIR [--commit SHA]
+"""`python3 -m tools.torch_chip {jax,jax-profile,bridge,profile,mirror,steps,trl,decode} --out DIR [--commit SHA]
 [--tiny]`: see the package.
 
 `jax` and `jax-profile` run with JAX on the chip (no torch imported); the others are Torch processes: JAX
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-TORCH_MODES = ("bridge", "profile", "mirror", "steps", "trl")
+TORCH_MODES = ("bridge", "profile", "mirror", "steps", "trl", "decode")
 
 
 def main(argv: list[str]) -> int:
@@ -69,6 +69,10 @@ def main(argv: list[str]) -> int:
         out.set("jax_side_stack", bridge.read_jax_stack(args.out / "bridge-jax.json"))  # its libtpu may differ
         bridge.torch_side(tk, out, jax_records, runs=args.runs, device=args.device, shapes=shapes)
         return 0
+    if args.what == "decode":
+        from . import decode_calls
+
+        return decode_calls.main_decode(args)
     if args.what == "steps":
         from . import steps
 

@@ -6,6 +6,8 @@ tracing and bad calls failing in the op's own words."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -195,6 +197,14 @@ def test_fakes_match_jax_shapes(ops, tokamax):
         at_statics = (*statics[:3], statics[4])
         checks.fake_matches_jax(ops, ops.splash_at_op, f._splash_at_jax, q, k, k, *ids,
                                 torch.tensor([5], dtype=torch.int32), snk, *at_statics)
+    cache = importlib.import_module(f"{ops.__name__}.splash_attention.cache_op")
+    checks.assert_in_build_namespace(tokamax, cache.splash_cache_op)
+    for snk in (None, sinks):  # 3 new tokens (padded to 4 rows) against a 37-key cache in 128 slots, a mask
+        slots = torch.zeros(2, 2, 128, 128, dtype=torch.bfloat16)
+        checks.fake_matches_jax(ops, cache.splash_cache_op, cache._cache_jax, q[:, :, :4], slots, slots,
+                                torch.ones(2, 128, dtype=torch.int32),
+                                torch.zeros(1, dtype=torch.int32), torch.tensor([37, 3, 37, 0], dtype=torch.int32),
+                                snk, True, -1, -1, -1.0, 0.125)
 
 
 @pytest.mark.kernels_ci

@@ -54,7 +54,7 @@ def test_greedy_generation_matches_eager(tokamax, family, cache, padded):
     assert len(got.logits) == NEW_TOKENS
     for step, (g, w) in enumerate(zip(got.logits, want.logits, strict=True)):
         torch.testing.assert_close(g, w, **LOGIT_TOL, msg=lambda m, s=step: f"step {s}: {m}")
-    assert probe.count("splash_attention") + probe.count("splash_attention_at") == \
+    assert probe.attention_calls() == \
         ours.config.num_hidden_layers * NEW_TOKENS, probe.calls  # every layer, every step ran the kernel
 
 
@@ -71,7 +71,7 @@ def test_static_cache_exports_once_for_the_prompt_and_once_for_the_steps(tokamax
     exports (the prompt against the cache, then every step)."""
     _, ours = pair("qwen3_moe", tokamax, train=False)
     for new_tokens in (4, 24):
-        assert _exports(tokamax, ours, "static", new_tokens, 37) == {"splash_attention_at": 2}
+        assert _exports(tokamax, ours, "static", new_tokens, 37) == {"splash_attention_cache": 2}
 
 
 def test_static_cache_with_window_layers_exports_once_per_layer_kind(tokamax):
@@ -81,7 +81,7 @@ def test_static_cache_with_window_layers_exports_once_per_layer_kind(tokamax):
     _, ours = pair("gpt_oss", tokamax, train=False)
     for new_tokens in (4, 24):
         assert _exports(tokamax, ours, "static", new_tokens, 37) == {"splash_attention": 1,
-                                                                    "splash_attention_at": 3}
+                                                                    "splash_attention_cache": 3}
 
 
 def test_prompts_of_one_bucket_share_their_exports(tokamax):
@@ -93,11 +93,11 @@ def test_prompts_of_one_bucket_share_their_exports(tokamax):
         for length in (37, 90):
             _generate(ours, "dynamic", 4, input_ids=tokens(1, length, seed=length))
     assert {op: n for op, n in probe.exports().items() if op.startswith("splash")} == {
-        "splash_attention": 1, "splash_attention_at": 1}
+        "splash_attention": 1, "splash_attention_cache": 1}
 
 
 def test_dynamic_cache_exports_once_per_kv_bucket(tokamax):
     """Qwen3-MoE, dynamic cache: the 120-token prompt is one self-attention export; its steps see 121 to
     135 keys, which fall in two buckets (128 and 256 slots): two step exports, not 15."""
     _, ours = pair("qwen3_moe", tokamax, train=False)
-    assert _exports(tokamax, ours, "dynamic", 16, 120) == {"splash_attention": 1, "splash_attention_at": 2}
+    assert _exports(tokamax, ours, "dynamic", 16, 120) == {"splash_attention": 1, "splash_attention_cache": 2}

@@ -58,7 +58,7 @@ def test_prompt_lookup_decoding_matches_eager(tokamax):
     with ExportProbe(namespace(tokamax)) as probe:
         got = ours.generate(**kwargs)
     assert torch.equal(got, want)
-    steps = [shape[2] for op, shape in probe.query_shapes if op == "splash_attention_at"]
+    steps = [shape[2] for op, shape in probe.query_shapes if op == "splash_attention_cache"]
     assert max(steps) > 1, steps  # drafts were verified several tokens at a time
 
 
@@ -73,7 +73,7 @@ def test_a_continued_conversation_on_the_first_calls_cache_matches_eager(tokamax
                                           do_sample=False))
     assert torch.equal(results[1], results[0])
     # the second call's 5 new tokens meet the first call's 41 cached ones: a run-time offset, 8 rows
-    assert ("splash_attention_at", (2, 4, 8, 64)) in probe.query_shapes, probe.query_shapes
+    assert ("splash_attention_cache", (2, 4, 8, 64)) in probe.query_shapes, probe.query_shapes
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])

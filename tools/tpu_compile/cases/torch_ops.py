@@ -69,14 +69,25 @@ def _prefill(model: Model, batch: int, tokens: int, window: int = -1, sinks: boo
 
 def _decode(model: Model, batch: int, new: int, cache: int, window: int = -1, sinks: bool = False
             ) -> Callable[..., Any]:
-    """`decode.cache_step`: `new` tokens to `query_bucket(new)`, the cache to `bucket(cache)` slots."""
+    """`decode.cache_step`: the cache op (its bookkeeping in its own program) on `new` tokens padded to
+    `query_bucket(new)`, the cache and its padding mask to `bucket(cache)` slots."""
     def shapes(kernel: Any) -> list:
         rows, slots = kernel.splash.query_bucket(new), kernel.splash.bucket(cache)
         kv = ((batch, model.kv_heads, slots, model.head_dim), BF16)
-        return [((batch, model.heads, rows, model.head_dim), BF16), kv, kv, ((batch, rows), I32), ((batch, slots), I32),
-                ((1,), I32), ((model.heads,), F32) if sinks else None]
-    return _call("splash_attention", "splash_at_op", shapes, (True, window - 1 if window > 0 else -1,
-                                                               0 if window > 0 else -1, 0.0))
+        mask, first, lengths = ((batch, slots), I32), ((1,), I32), ((4,), I32)
+        return [((batch, model.heads, rows, model.head_dim), BF16), kv, kv, mask, first, lengths,
+                ((model.heads,), F32) if sinks else None]
+    return _call("splash_attention", "splash_cache_op", shapes, (True, window - 1 if window > 0 else -1,
+                                                                  0 if window > 0 else -1, 0.0, model.head_dim**-0.5))
+
+
+def _at_offset(model: Model, batch: int, new: int, cache: int) -> Callable[..., Any]:
+    """The public op's run-time offset (`splash_attention(q_offset=tensor)`): `new` tokens against `cache` slots."""
+    def shapes(kernel: Any) -> list:
+        kv = ((batch, model.kv_heads, cache, model.head_dim), BF16)
+        return [((batch, model.heads, new, model.head_dim), BF16), kv, kv, ((batch, new), I32), ((batch, cache), I32),
+                ((1,), I32), None]
+    return _call("splash_attention", "splash_at_op", shapes, (True, -1, -1, 0.0))
 
 
 def _splash() -> list[Case]:
@@ -89,11 +100,14 @@ def _splash() -> list[Case]:
                   _prefill(GPT_OSS_120B, 1, 5000, 128, True)),
             _case("splash_attention_bwd", oss, "window-128+sinks/prompt-5000", "v7x",
                   _prefill(GPT_OSS_120B, 1, 5000, 128, True, backward=True))]
-    out += on_chips(lambda chip: _case("splash_attention_at", llama, "decode-b8/cache-5000", chip,
+    out += on_chips(lambda chip: _case("splash_attention_cache", llama, "decode-b8/cache-5000", chip,
                                        _decode(LLAMA_3_8B, 8, 1, 5000), tier="default" if chip == "v7x" else "all"))
-    out += [_case("splash_attention_at", oss, "window-128+sinks/decode-b8/cache-40000", "v6e",
+    out += [_case("splash_attention_cache", oss, "window-128+sinks/decode-b8/cache-40000", "v6e",
                   _decode(GPT_OSS_120B, 8, 1, 40000, 128, True)),
-            _case("splash_attention_at", QWEN3_8B.name, "draft-5/cache-12000", "v5e", _decode(QWEN3_8B, 1, 5, 12000))]
+            _case("splash_attention_cache", QWEN3_8B.name, "draft-5/cache-12000", "v5e",
+                  _decode(QWEN3_8B, 1, 5, 12000)),
+            _case("splash_attention_at", QWEN3_8B.name, "draft-5/cache-12032", "v5e",
+                  _at_offset(QWEN3_8B, 1, 5, 12032))]
     return out
 
 

@@ -16,9 +16,9 @@
 
 Modules: `attention` (the entry point: arguments, which phase), `prefill` (causal queries and keys
 the same tokens: training, prompts), `decode` (queries against a KV cache), `bidirectional`
-(encoders, cross-attention), `masks` (segment ids from padding masks, packed position ids and
-cache slots), `positions` (where the queries sit in the cache), `buckets` (padding lengths to the
-export buckets), `experts`.
+(encoders, cross-attention), `masks` (segment ids from padding masks and packed position ids;
+a cache step's are derived in the cache op's own program), `buckets` (padding lengths to the export
+buckets), `experts`.
 """
 
 from .attention import attention, flash_attn_forward

@@ -10,7 +10,7 @@ when nothing is padded; `position_ids` arrive in the keyword arguments.
 - Causal (or windowed) queries and keys of the same tokens (training, a prompt):
   `prefill.self_attention`, differentiable.
 - Causal queries against a cache (q_len != kv_len, or a mask shorter than the keys):
-  `decode.cache_step`.
+  `decode.cache_step`, one op call whose program also does the step's bookkeeping and q's scaling.
 - No causal mask and no window (encoders, cross-attention): `bidirectional.full_attention`,
   differentiable, any q_len and kv_len.
 
@@ -44,7 +44,9 @@ def _checked_mask(attention_mask: torch.Tensor | None, batch: int, kv_len: int) 
     if attention_mask.dtype.is_floating_point:
         raise TypeError(f"tokamax attention: expected a boolean or integer padding mask (1 = token), got "
                         f"{attention_mask.dtype}; an additive float mask would be read inverted")
-    return attention_mask[:, -kv_len:]
+    # the mask itself where no cut is needed: a cache step derives its inputs from it once per step (the same
+    # object for every layer), which a fresh view per layer would defeat
+    return attention_mask if attention_mask.shape[1] <= kv_len else attention_mask[:, -kv_len:]
 
 
 def _refuse_chunked_layers(module: torch.nn.Module) -> None:
@@ -73,8 +75,9 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
     kv_len = key.shape[2]
     mask = _checked_mask(attention_mask, batch, kv_len)
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-    q = query * (head_dim**-0.5 if scaling is None else scaling)
+    scale = head_dim**-0.5 if scaling is None else scaling
     if not causal and not sliding_window:
+        q = query * scale
         return full_attention(q, key, value, mask, soft_cap=softcap, sinks=s_aux).transpose(1, 2), None
     if q_len > kv_len:
         raise ValueError(f"tokamax attention: {q_len} causal queries against {kv_len} keys; the keys must include "
@@ -85,9 +88,9 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
     options = dict(causal=causal, window=window, soft_cap=softcap, sinks=s_aux)
     position_ids = kwargs.get("position_ids")
     if q_len == kv_len and (mask is None or mask.shape[1] == kv_len):
-        out = self_attention(q, key, value, mask, position_ids, **options)
-    else:
-        out = cache_step(q, key, value, mask, position_ids, **options)
+        out = self_attention(query * scale, key, value, mask, position_ids, **options)
+    else:  # the cache op scales q in its own program
+        out = cache_step(query, key, value, mask, position_ids, scale=scale, **options)
     return out.transpose(1, 2), None
 
 

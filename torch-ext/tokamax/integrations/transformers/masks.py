@@ -2,14 +2,17 @@
 
 The kernel lets a query see only keys of its own id. Ids: real tokens VALID, padding PAD (padding
 then attends only to padding, so no row is empty and no real token sees padding), cache slots not
-written yet UNWRITTEN (no query has that id; blocks of them are never read).
+written yet UNWRITTEN (no query has that id; blocks of them are never read). The ids are the cache op's
+(`torch_ops.splash_attention.cache_op`), which derives a cache step's on the device.
 """
 
 from __future__ import annotations
 
 import torch
 
-VALID, PAD, UNWRITTEN = 1, 2, 0
+from ...torch_ops.splash_attention.cache_op import PAD, UNWRITTEN, VALID
+
+__all__ = ["PAD", "UNWRITTEN", "VALID", "packed_ids", "padding_ids"]
 
 
 def padding_ids(mask: torch.Tensor) -> torch.Tensor:
@@ -26,14 +29,3 @@ def packed_ids(position_ids: torch.Tensor | None, batch: int) -> torch.Tensor | 
     position_ids = position_ids.expand(batch, -1)
     steps = torch.diff(position_ids, prepend=position_ids[:, :1] - 1, dim=-1)
     return ((steps != 1).cumsum(-1) + VALID).to(torch.int32)
-
-
-def slot_ids(mask: torch.Tensor | None, written: torch.Tensor, batch: int, kv_len: int) -> torch.Tensor:
-    """int32 [batch, kv_len] ids of a cache's slots: UNWRITTEN from `written` (int32 [1], the count of
-    slots filled, the queries' included) on, else VALID or PAD by `mask` (its first columns the
-    slots'; None: no padding)."""
-    slots = torch.arange(kv_len, device=written.device, dtype=torch.int32)
-    ids = torch.full((batch, kv_len), VALID, dtype=torch.int32, device=written.device)
-    if mask is not None:
-        ids[:, : mask.shape[1]] = padding_ids(mask)
-    return torch.where(slots[None, :] < written, ids, UNWRITTEN)

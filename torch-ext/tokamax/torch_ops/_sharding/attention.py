@@ -1,4 +1,5 @@
-"""DTensor sharding rules of the splash-attention custom ops (`splash_op`, its backward, `splash_at_op`):
+"""DTensor sharding rules of the splash-attention custom ops (`splash_op`, its backward, `splash_at_op`,
+`splash_cache_op`):
 the kernel runs on each rank's shard unchanged when q is split over the batch (k, v, segment ids
 with it) or over the heads (k and v over their key/value heads, so each rank keeps whole groups of
 grouped-query attention; multi-query k and v, and segment ids, replicated; sinks split with the
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from torch.distributed.tensor.experimental import register_sharding
 
-from ..splash_attention import custom_ops
+from ..splash_attention import cache_op, custom_ops
 from .placements import Partial, Replicate, Shard, describe, one_dim_mesh, placement, refuse, shard_dim
 
 __all__ = ["register"]
@@ -100,8 +101,18 @@ def _splash_at(q: object, k: object, v: object, q_ids: object, kv_ids: object, q
     return [([out], inputs[:5] + [Replicate(), inputs[5]] + [None] * len(statics))]
 
 
+def _splash_cache(q: object, k: object, v: object, mask: object, first_position: object, lengths: object,
+                  sinks: object, *statics: object) -> list:
+    """The cache op: its padding mask is split as segment ids are; the first position and lengths replicated."""
+    layout = _layout(q, k)
+    out, _ = _outputs(layout)
+    inputs = _inputs(layout, k, mask, mask, sinks)
+    return [([out], inputs[:4] + [Replicate(), Replicate(), inputs[5]] + [None] * len(statics))]
+
+
 def register() -> None:
-    """Registers the three ops' rules with DTensor."""
+    """Registers the four ops' rules with DTensor."""
     register_sharding(custom_ops.splash_op._opoverload)(_splash)
     register_sharding(custom_ops.splash_bwd_op._opoverload)(_splash_bwd)
     register_sharding(custom_ops.splash_at_op._opoverload)(_splash_at)
+    register_sharding(cache_op.splash_cache_op._opoverload)(_splash_cache)

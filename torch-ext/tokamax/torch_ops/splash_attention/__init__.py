@@ -9,9 +9,12 @@ masks into dense constants and takes only lengths its blocks divide.
 
 - `api`: `splash_attention`, what users call.
 - `custom_ops`: `splash_op` / `splash_bwd_op` (fixed offset, autograd), `splash_at_op` (run-time offset).
+- `cache_op`: `splash_cache_op`, a KV cache step from a padding mask or position ids, its bookkeeping in the
+  op's own program (transformers' decode steps).
 """
 
 from .api import splash_attention
+from .cache_op import splash_cache_op
 from .custom_ops import splash_at_op, splash_bwd_op, splash_op
 
-__all__ = ["splash_at_op", "splash_attention", "splash_bwd_op", "splash_op"]
+__all__ = ["splash_at_op", "splash_attention", "splash_bwd_op", "splash_cache_op", "splash_op"]
