@@ -36,8 +36,9 @@ PIN_FILES = (REPO / "requirements/torch-tier-py311.txt", REPO / "requirements/to
 
 PURE = (
     "transformers", "huggingface_hub", "trl", "peft", "accelerate", "datasets",
-    # huggingface_hub's: its HTTP client and CLI
-    "httpx2", "httpcore2", "h11", "anyio", "idna", "certifi", "click", "filelock", "fsspec", "typing_extensions",
+    # huggingface_hub's: its HTTP client (httpcore2 2.16 imports truststore) and CLI
+    "httpx2", "httpcore2", "truststore", "h11", "anyio", "idna", "certifi", "click", "filelock", "fsspec",
+    "typing_extensions",
     # transformers' CLI (typer), datasets' serialisation
     "typer", "shellingham", "annotated-doc", "dill", "multiprocess",
 )

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from . import cache_masks
 from .bidirectional import full_attention
 from .decode import cache_step
 from .prefill import self_attention
@@ -71,6 +72,7 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
     if kwargs.get("output_attentions"):
         raise NotImplementedError("tokamax attention: output_attentions needs the eager implementation")
     _refuse_chunked_layers(module)
+    cache_masks.adopt(module)  # later forwards' cache steps: no read of the device for the mask
     batch, _, q_len, head_dim = query.shape
     kv_len = key.shape[2]
     mask = _checked_mask(attention_mask, batch, kv_len)

@@ -36,13 +36,17 @@ _derived: dict[str, tuple[torch.Tensor, int, int, torch.Tensor]] = {}
 def _constant(device: torch.device, values: tuple[int, ...] | None = None, shape: tuple[int, ...] | None = None
               ) -> torch.Tensor:
     """int32 `values` (or zeros of `shape`) on `device`, made once (a host-to-device copy or a launch each time
-    otherwise, per layer and step); under torch.compile made on the host and moved (dynamo fakes that, not a
-    device constant). Never written to: the op reads its inputs."""
+    otherwise, per layer and step); under torch.compile made by ops in the graph (a host tensor moved became
+    a lifted constant that torch-tpu's compiled mode did not pass: "identified an argument that was not
+    provided: 1xint32", a static cache's generate on the chip). Never written to: the op reads its inputs."""
+    if torch.compiler.is_compiling():  # ops in the graph: torch-tpu's compiled mode lost a constant lifted from it
+        if values is None:
+            return torch.zeros(shape, dtype=torch.int32, device=device)
+        return torch.cat([torch.full((1,), v, dtype=torch.int32, device=device) for v in values])
+
     def make() -> torch.Tensor:
         host = torch.tensor(values, dtype=torch.int32) if values is not None else torch.zeros(shape, dtype=torch.int32)
         return host.to(device)
-    if torch.compiler.is_compiling():
-        return make()
     key = (device, values, shape)
     kept = _kept.get(key)
     if kept is None:
