@@ -299,3 +299,28 @@ def test_the_lm_heads_loss_from_torch_is_within_5_percent_of_jax_differentiating
     (plain,) = [r for r in side["records"] if r["op"] == "lm_head_loss" and r["impl"] == "jax"]
     assert scaled["grad_norms"] == pytest.approx(plain["grad_norms"], rel=1e-6)  # the sum's gradients, scaled back
     assert ours["median_s"] <= 1.05 * scaled["median_s"] and ours["pipelined_s"] <= 1.05 * scaled["pipelined_s"]
+
+
+@pytest.mark.kernels_ci
+def test_a_decode_steps_attention_and_grpos_rollouts_are_faster_with_the_kernel_once_nothing_is_read_back():
+    """121ba88 on the v5e: a decode step's attention call (the kernel and the cache's padding, its bookkeeping in the
+    op's program) is faster than transformers' eager and sdpa attention at every fill, and agrees with eager's;
+    GRPO's rollouts with transformers' flash masks (a device read per token) were slower than eager attention,
+    without that read faster, and GRPO's step faster than TRL alone."""
+    (calls,) = _load("decode")
+    by = {(r["fill"], r["impl"]): r for r in calls["records"]}
+    for fill in {f for f, _ in by}:
+        ours = by[fill, "tokamax"]
+        assert ours["numerics"] == "passed" and ours["max_abs_error"] <= ours["bound"], ours
+        for other in ("eager", "sdpa"):
+            assert ours["median_s"] < by[fill, other]["median_s"], (fill, other)
+            assert ours["pipelined_s"] < by[fill, other]["pipelined_s"], (fill, other)
+
+    def median(name: str, case: str, impl: str) -> float:
+        (data,) = [d for d in table.runs("trl") if d["file"].endswith(f"-121ba88-{name}.json")]
+        (record,) = [r for r in data["records"] if r["case"] == case and r["impl"] == impl]
+        return record["median_s"]
+
+    eager = median("generate", "generate", "trl")
+    assert median("generate", "generate", "tokamax") > eager > median("generate-no-read", "generate", "tokamax")
+    assert median("grpo-no-read", "grpo", "tokamax") < median("grpo-no-read", "grpo", "trl")

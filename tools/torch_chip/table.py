@@ -223,6 +223,30 @@ def trl(data: dict[str, Any]) -> list[str]:
         x = a["median_s"] / b["median_s"] if a.get("median_s") and b.get("median_s") else None
         lines.append(f"| {case} | {_s(a)} | {_s(b)} | {'-' if x is None else f'{x:.2f}'} | "
                      f"{_first(a)} / {_first(b)} |")
+    return lines + (["", f"Run with: {data['note']}"] if data.get("note") else [])
+
+
+def decode(data: dict[str, Any]) -> list[str]:
+    model = data.get("model", {})
+    lines = [f"A decode step's attention, call by call (`{data['file']}`, commit {data['commit']}, {_libtpu(data)}; "
+             f"{model.get('heads')}/{model.get('kv_heads')} heads of {model.get('head_dim')}, batch "
+             f"{model.get('batch')}, one new token against a dynamic cache, {model.get('layers')} layers a step; ms "
+             "per layer call, waited / pipelined):", "",
+             "| keys | tokamax | eager | sdpa | the op alone | one eager op | tokamax's numerics (max error / bound) |",
+             "|---|---|---|---|---|---|---|"]
+    fills: dict[int, dict[str, dict]] = defaultdict(dict)
+    for r in data["records"]:
+        fills[r["fill"] if "fill" in r else int(r["case"].split()[-1])][r["impl"]] = r
+
+    def cell(r: dict | None) -> str:
+        if not r or r.get("median_s") is None:
+            return "-" if not r else f"fails ({_reason(r.get('error', ''))})"
+        return f"{r['median_s'] * 1e3:.2f} / {r['pipelined_s'] * 1e3:.2f}"
+    for fill, by in sorted(fills.items()):
+        ours = by.get("tokamax", {})
+        numerics = f"{ours.get('numerics', '-')} ({ours.get('max_abs_error', 0):.1e} / {ours.get('bound', 0):.1e})"
+        lines.append(f"| {fill:,} | {cell(ours)} | {cell(by.get('eager'))} | {cell(by.get('sdpa'))} | "
+                     f"{cell(by.get('op alone'))} | {cell(by.get('one eager op'))} | {numerics} |")
     return lines
 
 
@@ -239,7 +263,7 @@ def _s(r: dict) -> str:
 def render() -> str:
     lines = [BEGIN, ""]
     for what, fn in (("bridge", bridge), ("jaxside", jaxside), ("traces", traces), ("mirror", mirror), ("trl", trl),
-                     ("steps", steps)):
+                     ("decode", decode), ("steps", steps)):
         for data in runs(what):
             lines += fn(data) + [""]
     return "\n".join(lines + [END])
