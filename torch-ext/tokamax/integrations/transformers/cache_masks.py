@@ -10,8 +10,9 @@ the padding mask cut to the keys as it is, all ones or not (`decode.cache_step` 
 prompts and training batches, one forward each, keep transformers' masks (None without padding).
 
 `adopt(module)`, called by `attention` on each call, registers this function for the model's attention name
-once (transformers registers the flash masks when it loads the kernel, after the kernel's import, so the
-first forward, a prompt, still gets them). Under torch.compile it does nothing.
+wherever transformers' flash masks stand there (transformers registers them whenever a model is set to the
+name, after the kernel's import, so the first forward, a prompt, still gets them). Under torch.compile it
+does nothing.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
-_adopted: set[str] = set()
 
 
 def cache_step_masks(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
@@ -37,15 +36,15 @@ def cache_step_masks(batch_size: int, q_length: int, kv_length: int, q_offset: i
 
 
 def adopt(module: torch.nn.Module) -> None:
-    """Registers `cache_step_masks` for the attention name `module`'s model was loaded with, where transformers
-    registered its flash masks for it (a name loaded otherwise is left as it is)."""
+    """Registers `cache_step_masks` for the attention name `module`'s model was loaded with, where transformers'
+    flash masks are registered for it (a name registered otherwise is left as it is). Checked on every call:
+    transformers registers the flash masks again each time a model is set to the name."""
     name = getattr(getattr(module, "config", None), "_attn_implementation", None)
-    if not isinstance(name, str) or name in _adopted or torch.compiler.is_compiling():
+    if not isinstance(name, str) or torch.compiler.is_compiling():
         return
-    _adopted.add(name)
     try:
         from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
     except ImportError:  # transformers is not what called us
         return
-    if name in ALL_MASK_ATTENTION_FUNCTIONS.valid_keys() and ALL_MASK_ATTENTION_FUNCTIONS[name] is flash_attention_mask:
+    if ALL_MASK_ATTENTION_FUNCTIONS.get(name) is flash_attention_mask:
         ALL_MASK_ATTENTION_FUNCTIONS.register(name, cache_step_masks)
