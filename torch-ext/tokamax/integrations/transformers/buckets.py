@@ -24,11 +24,6 @@ def pad_query_ids(ids: torch.Tensor, length: int) -> torch.Tensor:
     return torch.cat([ids, ids[:, -1:].expand(-1, length - ids.shape[1])], dim=1)
 
 
-def pad_ids(ids: torch.Tensor, length: int) -> torch.Tensor:
-    """[batch, n] padded with zeros to `length`."""
-    return ids if ids.shape[1] == length else F.pad(ids, (0, length - ids.shape[1]))
-
-
 def pad_key_ids(ids: torch.Tensor, length: int) -> torch.Tensor:
     """[batch, n] key ids padded to `length` with UNWRITTEN, which no query has."""
     return ids if ids.shape[1] == length else F.pad(ids, (0, length - ids.shape[1]), value=masks.UNWRITTEN)

@@ -39,7 +39,7 @@ def _constant(device: torch.device, values: tuple[int, ...] | None = None, shape
     otherwise, per layer and step); under torch.compile made by ops in the graph (a host tensor moved became
     a lifted constant that torch-tpu's compiled mode did not pass: "identified an argument that was not
     provided: 1xint32", a static cache's generate on the chip). Never written to: the op reads its inputs."""
-    if torch.compiler.is_compiling():  # ops in the graph: torch-tpu's compiled mode lost a constant lifted from it
+    if torch.compiler.is_compiling():
         if values is None:
             return torch.zeros(shape, dtype=torch.int32, device=device)
         return torch.cat([torch.full((1,), v, dtype=torch.int32, device=device) for v in values])
@@ -87,7 +87,8 @@ def cache_step(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
     source, first, mask_cols = cache_op.LAST, None, 0
     if mask is not None:
         source, mask_cols, given = cache_op.FROM_MASK, mask.shape[1], mask
-        mask = _once_per_step("mask", given, slots, lambda: buckets.pad_ids(given.to(torch.int32), slots))
+        # its padded columns are never read (the op reads the first mask_cols)
+        mask = _once_per_step("mask", given, slots, lambda: buckets.pad_key_ids(given.to(torch.int32), slots))
     elif position_ids is not None:
         source, given = cache_op.FROM_POSITION, position_ids
         first = _once_per_step("first", given, 1, lambda: given.reshape(-1, given.shape[-1])[0, :1].to(torch.int32))
