@@ -267,3 +267,5 @@ def test_the_rollouts_use_the_cache_their_case_names(case: str) -> None:
         out = trl_steps.rollouts("trl", "cpu", True, cache)
     assert out["cache"] == cache and out["new_tokens"] == 8 and out["tokens_per_s"] > 0
     assert made.called == (cache == "static"), made.call_count
+    # transformers compiles a static cache's step on the chip's devices only (`_valid_auto_compile_criteria`)
+    assert out["dynamo"] == {"graph_breaks": 0, "unique_graphs": 0, "break_reasons": []}, out["dynamo"]

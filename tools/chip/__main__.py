@@ -100,6 +100,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--jobs", type=int, default=None, help="compiles at a time (default 6; the zoo "
                         "TOKAMAX_ZOO_JOBS's, default 1: its first calls are a user's, whose program compiles alone)")
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=None, help="bench: compile and time this many workloads at a "
+                        "time, so that a command cut at the host's limit keeps the batches it finished (default: "
+                        f"all compiled first; the zoo {ZOO_BATCH})")
     parser.add_argument("--max-configs", type=int, default=None, help="tune: candidates timed per kernel call "
                         "(default tune.MAX_CONFIGS)")
     parser.add_argument("--bundle", type=Path, default=load.BUNDLE)
@@ -128,6 +131,7 @@ def main(argv: list[str]) -> int:
             distill,
             lm_head,
             lm_head_columns,
+            lm_head_rows,
             lm_head_statistics,
             lm_head_statistics_columns,
             lm_head_streamed,
@@ -143,7 +147,7 @@ def main(argv: list[str]) -> int:
                   "lm_head_statistics": lm_head_statistics, "distill": distill}
         extra = {"lm_head_columns": lm_head_columns,  # run when named only
                  "lm_head_statistics_columns": lm_head_statistics_columns, "lm_head_vocab": lm_head_vocab,
-                 "lm_head_streamed": lm_head_streamed,
+                 "lm_head_streamed": lm_head_streamed, "lm_head_rows": lm_head_rows,
                  "moe_uneven": moe_uneven, "moe_padded": moe_padded, "zoo": zoo}
         names = [n for n in args.only.split(",") if n] or list(chosen)
         if "zoo" in names and names != ["zoo"]:
@@ -160,7 +164,7 @@ def main(argv: list[str]) -> int:
             out.set("zoo", zoo.header(case=args.case) | {"compiles_at_once": jobs})
         impls = {n.strip() for n in re.split(r",(?! )", args.impl) if n.strip()}  # names hold ", " themselves
         _bench(tk, out, [(chosen | extra)[n] for n in names], jobs, args.runs, impls, args.case,
-               batch=ZOO_BATCH if what == "zoo" else None)
+               batch=args.batch or (ZOO_BATCH if what == "zoo" else None))
     args.jobs = args.jobs or 6
     if args.what == "tune":
         from . import tune

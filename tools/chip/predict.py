@@ -59,6 +59,7 @@ AUTO_SCHEMES = {
     "0a076fb": {**{model: (1024, False, True, False, True) for model in
                    ("Llama 3 8B", "Qwen3 8B", "Gemma 3 4B", "Gemma 2 2B", "Llama 3.2 1B")},
                 "Qwen3 1.7B": (2048, True)},
+    "235962c": {"Qwen3 0.6B": (2048, True), "Qwen3 1.7B": (2048, True), "Qwen3 4B": (1536, True)},
 }
 """The LM-head default's scheme (`chunk="auto"`: chunk, accumulator kernel, pair) in runs that chose otherwise than
 `fused.choose_scheme` does now: XLA's float32 accumulator in chunks of 2048 at Llama 3 8B's head and the kernels at
@@ -67,7 +68,9 @@ pair with a 16-bit low half, which fit at Qwen's head in chunks of 512 only; the
 (`SCALED_RUNS`); at 141654c chunks of 1536 at Qwen's head, before the temporaries counted the whole chunks' dx
 joined to the rows left (2.01 GiB assigned, past the share: 1280 since); at 0a076fb the costs did not count the rows
 left's chunk (`fused.ChunkedCost.tail_seconds`) nor the kernels' zeroed accumulator: the streamed kernels at Llama 3.2
-1B's 1,500 rows, chunks of 2048 with a 4-row chunk at Qwen3 1.7B's 4,100."""
+1B's 1,500 rows, chunks of 2048 with a 4-row chunk at Qwen3 1.7B's 4,100; at 235962c (`fused.ROWS_RECORD`) the
+accumulator kernel at 4,096 rows of the small heads, before its cost counted the pass making G
+(`fused.KERNEL_G_SECONDS`)."""
 BEFORE_STREAMED = ("077895a", "1032390", "141654c", "1b5b766", "286717f", "2cd2df2", "9aff1ec", "a9c94e4", "bf5a22b",
                    "d7df2f0", "d7e53b6", "dcc176a", "e8cc889", "e962c99", "edf44f8", "f98634e")
 """Runs whose LM-head default chose among the chunked scheme's other ways: `fused.choose_scheme` did not offer the
@@ -100,6 +103,11 @@ RAGGED_VOCABULARY_COPY = ("286717f",)
 """Runs whose chunked scheme made a vocabulary off the lanes (Gemma 3's 262,208) row-major, which XLA laid out
 vocabulary-major and copied back each chunk (a float32 [chunk, vocab] copy: 0.5 GiB and 37 ms at chunks of 1024):
 their records at such a head are not predicted (the package now makes those arrays as their transposes)."""
+
+
+XLA_FORWARD_RUNS: tuple[str, ...] = ()
+"""Runs whose labels-path forward past 1,024 rows ran XLA's formulation in chunks (`stats.xla_forward`); the runs
+before ran the forward kernel there."""
 
 
 def tiles_of(commit: str) -> str:
@@ -174,6 +182,10 @@ def _head(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
         scaled = bool(chunked[3]) or (commit[:7] in SCALED_RUNS and bool(chunked[2]) and bool(chunked[4]))
         return lm.fused.cost(h.rows, h.hidden, h.vocab, 2, int(chunked[1]), pair=bool(chunked[2]),
                              kernel=bool(chunked[4]), scaled=scaled).seconds(chip)
+    if r["impl"] == "tokamax" and r["pass"] == "fwd" and commit[:7] in XLA_FORWARD_RUNS \
+            and lm.stats.xla_forward(h.rows, h.hidden, h.vocab, 2, chip):
+        chunk = lm.stored.chunk_for(h.rows, lm.stored.CHUNKS[0])
+        return lm.stats.xla_forward_seconds(h.rows, h.hidden, h.vocab, 2, chip, chunk)
     if r["impl"] in KERNELS:
         if r["impl"] == "tokamax" and r["pass"] == "fwd+bwd" and commit[:7] not in AUTO_KERNELS:
             scheme = (lm.fused.Scheme(*AUTO_SCHEMES[commit[:7]][h.model]) if commit[:7] in AUTO_SCHEMES
@@ -210,6 +222,8 @@ def _statistics(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None
     the layout the record ran (`_stored_layout`), or for "tokamax", the package's default, the one
     `stats.choose_scheme` takes (the kernels in `STATISTICS_ON_KERNELS`' runs, `WHOLE_P_RUNS`' own choice)."""
     h = _shape(r["case"], STATISTICS, by_rows=True)
+    if h is None:  # a head only `workloads.lm_head_rows` lists: its stored layouts are not named in the record
+        return None
     lm = tk.lm_head
     if r["impl"] == "tokamax":
         run = commit[:7]
@@ -238,6 +252,8 @@ def _distill(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
     """The kernels' roofline, or the stored scheme's (`distill.cost.stored`) where the record ran it: "tokamax
     (stored)", and "tokamax" where `distill.stored.choose` takes it, in runs after `AUTO_KERNELS`."""
     d = _shape(r["case"], DISTILL)
+    if d is None:  # a pair only `workloads.lm_head_rows` lists (soft caps the kernels' cost does not take)
+        return None
     blocks, stored = tk.distill.blocks, tk.distill.stored
     sizes = blocks.Sizes(d.rows, d.student_hidden, d.teacher_hidden, d.vocab)
     chunk = stored.choose(sizes, chip) if r["impl"] == "tokamax" and commit[:7] not in AUTO_KERNELS else None

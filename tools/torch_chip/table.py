@@ -223,6 +223,10 @@ def trl(data: dict[str, Any]) -> list[str]:
         x = a["median_s"] / b["median_s"] if a.get("median_s") and b.get("median_s") else None
         lines.append(f"| {case} | {_s(a)} | {_s(b)} | {'-' if x is None else f'{x:.2f}'} | "
                      f"{_first(a)} / {_first(b)} |")
+    compiled = [f"{r['case']} with {r['impl']}: {r['dynamo']['unique_graphs']} graphs compiled, "
+                f"{r['dynamo']['graph_breaks']} breaks" for r in data["records"]
+                if r.get("dynamo", {}).get("unique_graphs")]
+    lines += ["", "torch.compile (dynamo's counters over the runs): " + "; ".join(compiled) + "."] if compiled else []
     return lines + (["", f"Run with: {data['note']}"] if data.get("note") else [])
 
 

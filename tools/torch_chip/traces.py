@@ -82,7 +82,7 @@ def torch_traces(tk: Any, out: Path, device: str, shapes: tuple[Shape, ...]) -> 
             try:
                 _once(way)
                 synchronize()
-                with _torch_profiler(where):
+                with torch_profiler(where):
                     for _ in range(CALLS):
                         _once(way)
                         synchronize()
@@ -101,7 +101,7 @@ def _once(way: Any) -> Any:
     return way.call()
 
 
-def _torch_profiler(where: Path) -> Any:
+def torch_profiler(where: Path) -> Any:
     from torch_tpu._internal import profiler  # torch-tpu 0.2.0's trace (its public torch.tpu.profiler: config only)
 
     return profiler.profile(activities=[profiler.ProfilerActivity.TPU, profiler.ProfilerActivity.CPU],

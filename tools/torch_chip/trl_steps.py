@@ -47,6 +47,8 @@ CHIP_MODEL = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, n
 # run: SFT's step times fell step by step, 2.23 to 1.82 s, and DPO ran past 141 s in its third step). The CPU's tiny
 # runs stay unpadded.
 PAD_TO = {False: 128, True: None}
+TRACE = "TORCH_CHIP_TRACE"
+"""A folder: `generate` runs once more under torch-tpu's profiler, its trace written there (`traces`' reader)."""
 TINY_MODEL = dict(vocab_size=260, hidden_size=128, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
                   num_key_value_heads=1, head_dim=128)
 
@@ -176,13 +178,29 @@ def rollouts(impl: str, device: str, tiny: bool, cache: str = "dynamic") -> dict
     tok = byte_tokenizer()
     batch = tok(TEXTS[:2], padding=True, padding_side="left", return_tensors="pt").to(device)
     new = 8 if tiny else 64
+    def generate() -> Any:
+        return net.generate(**batch, max_new_tokens=new, do_sample=True, temperature=0.9, num_return_sequences=2,
+                            pad_token_id=1, **({"cache_implementation": "static"} if cache == "static" else {}))
+
+    from torch._dynamo.utils import counters
+
+    counters.clear()
     with torch.no_grad():
-        t = timed(lambda: net.generate(**batch, max_new_tokens=new, do_sample=True, temperature=0.9,
-                                       num_return_sequences=2, pad_token_id=1,
-                                       **({"cache_implementation": "static"} if cache == "static" else {})),
-                  runs=2 if tiny else 3, warmup=0)
+        t = timed(generate, runs=2 if tiny else 3, warmup=0)
+        traced = os.environ.get(TRACE)
+        if traced:  # one more generate under torch-tpu's profiler: the chip's own account of a step
+            from .traces import torch_profiler
+
+            where = Path(traced) / f"generate-{cache}-{impl}"
+            with torch_profiler(where):
+                generate()
+                synchronize()
+    compiled = {"graph_breaks": sum(counters["graph_break"].values()),
+                "unique_graphs": counters["stats"].get("unique_graphs", 0),
+                "break_reasons": sorted(counters["graph_break"])[:8]}
     return {"median_s": t.median_s, "first_step_s": t.first_s, "new_tokens": new, "sequences": 4,
-            "tokens_per_s": 4 * new / t.median_s, "attention": net.config._attn_implementation, "cache": cache}
+            "tokens_per_s": 4 * new / t.median_s, "attention": net.config._attn_implementation, "cache": cache,
+            "dynamo": compiled, **({"trace": str(where)} if traced else {})}
 
 
 def child_main(argv: list[str]) -> int:

@@ -117,6 +117,19 @@ v5e-2026-12-05-bench-attention-lm_head-distill-286717f.json: Qwen3 8B's head in 
 and 1280, 431.2, 385.9 and 369.9 ms, modelled 410, 378 and 369; Llama 3 8B's 183.8, 164.6 and 159.6, modelled 173, 159
 and 156): every LM-head record since within 15% at 0.5 to 0.8, none at 1 (the chunks of 512 at 1b5b766 1.15-1.2)."""
 
+KERNEL_G_SECONDS = 11.3e-12
+"""Seconds per logit, on the v5e, of the vector pass that makes each chunk's G (p less the target's one-hot, in w's
+dtype) for `accumulate`'s kernel: a Pallas call's operand is not fused into its producer, so XLA makes G in a loop
+fusion of its own (the v5e's compiler: a bf16 [chunk, vocab] fusion before the kernel), where its own dW matmul takes
+G as its input fusion and the streamed kernels make it in VMEM beside their matmuls. Its exponentials, compares and
+selects are vector work no matmul hides. Fitted on the v5e at 4,096 rows of Qwen3 0.6B's, 1.7B's and 4B's heads
+(`ROWS_RECORD`): the accumulator kernel's eighteen ways ran 3.4-10.7 ms past the roofline, 11.3 ps per logit on
+average, where the streamed way ran within 4% of its own; without it the model took the accumulator kernel
+there (24.13 ms modelled at Qwen3 0.6B's head, 32.91 measured) over the streamed way (24.46, 25.52). Other chips:
+scaled by their matmul peak (`roofline.scaled`)."""
+ROWS_RECORD = "v5e-2026-12-07-lmhead-rows-235962c.json"
+"""The record (benchmarks/measured/) of every way the rules weigh at 4,096 rows of small heads, XLA's beside them."""
+
 
 @dataclasses.dataclass(frozen=True)
 class ChunkedCost:
@@ -138,6 +151,7 @@ class ChunkedCost:
     tail_flops: int = 0  # the chunk of the rows left past the whole chunks: its matmuls
     tail_bytes: int = 0  # and what it moves (w, the accumulator, its rows' arrays)
     zeroed_bytes: int = 0  # dW's accumulator zeroed before the first chunk (a kernel reads it in place)
+    g_logits: int = 0  # the logits whose G a pass of its own makes for the accumulator kernel (`KERNEL_G_SECONDS`)
 
     def tail_seconds(self, on: Chip) -> float:
         """The rows left's chunk moves w and dW's accumulator as a whole chunk does, for a few rows' matmuls: what
@@ -146,7 +160,8 @@ class ChunkedCost:
 
     def seconds(self, on: Chip) -> float:
         """The roofline of the step; XLA's accumulator `ACCUMULATOR_PASSES` times over, serial; the kernel's
-        accumulator traffic past its own matmul's time, `KERNEL_UNHIDDEN` of it per chunk, serial. The streamed
+        accumulator traffic past its own matmul's time, `KERNEL_UNHIDDEN` of it per chunk, and the pass making its G
+        (`KERNEL_G_SECONDS`), serial. The streamed
         kernels: their roofline and grid steps (`STREAMED`), `STREAMED_SCALED_SLOWDOWN` over with the int8 low half.
         A kernel's accumulator zeroed before the first chunk, and the rows left's chunk (`tail_seconds`): serial."""
         if self.streamed:
@@ -155,7 +170,8 @@ class ChunkedCost:
                 STREAMED_SCALED_SLOWDOWN if self.scaled else 1.0)
         if self.kernel:
             past = self.kernel_bytes / on.hbm_bandwidth - self.kernel_flops / on.peak_flops
-            serial = KERNEL_UNHIDDEN * self.chunks * max(0.0, past) + self.zeroed_bytes / on.hbm_bandwidth
+            serial = KERNEL_UNHIDDEN * self.chunks * max(0.0, past) + self.zeroed_bytes / on.hbm_bandwidth \
+                + self.g_logits * roofline.scaled(KERNEL_G_SECONDS, on)
         else:
             serial = ACCUMULATOR_PASSES * self.accumulator_bytes / on.hbm_bandwidth
         return roofline.seconds(self.flops, self.bytes_accessed, 0, on, serial=serial + self.tail_seconds(on)) * (
@@ -202,7 +218,8 @@ def cost(rows: int, hidden: int, vocab: int, itemsize: int, chunk: int, weight_g
                        2 * (computed // chunks) * vocab * hidden, 2 * accumulator,
                        tail_flops=matmuls * 2 * tail * vocab * hidden,
                        tail_bytes=(2 * w + tail * per_row + 2 * accumulator) if tail else 0,
-                       zeroed_bytes=accumulator if kernel and chunks > 1 else 0)
+                       zeroed_bytes=accumulator if kernel and chunks > 1 else 0,
+                       g_logits=computed * vocab if kernel else 0)
 
 
 LAID_OUT_ON_CHIP = ("TPU v5 lite",)

@@ -129,36 +129,42 @@ puts the kernel ahead at 256 rows, as the chip does (1.77 against 1.87 ms at Lla
 Qwen2.5 72B's)."""
 
 
-def xla_forward_seconds(rows: int, hidden: int, vocab: int, itemsize: int, on: Chip) -> float:
-    """XLA's formulation of the forward by the one cost model (`roofline.seconds`): one matmul, x and w read once,
-    the float32 logits written and read (`XLA_LOGIT_BYTES`), and its reductions' vector work (`XLA_REDUCTIONS`)."""
-    flops = 2 * rows * hidden * vocab
-    moved = (rows + vocab) * hidden * itemsize + rows * vocab * XLA_LOGIT_BYTES
-    reductions = rows * vocab * roofline.scaled(STATISTICS_SECONDS, on) * XLA_REDUCTIONS / OUTPUT_VECTORS
-    return roofline.seconds(flops, moved, 0, on, serial=reductions)
+def xla_forward_seconds(rows: int, hidden: int, vocab: int, itemsize: int, on: Chip, chunk: int | None = None
+                        ) -> float:
+    """XLA's formulation of the forward by the one cost model (`roofline.seconds`), in chunks of `chunk` rows (None:
+    one; the rows padded to whole chunks, as `stored.forward` runs them): per chunk one matmul, x's chunk and the whole
+    w read, the float32 logits written and read (`XLA_LOGIT_BYTES`), and its reductions' vector work
+    (`XLA_REDUCTIONS`)."""
+    chunk = min(chunk or rows, rows)
+    flops = 2 * chunk * hidden * vocab
+    moved = (chunk + vocab) * hidden * itemsize + chunk * vocab * XLA_LOGIT_BYTES
+    reductions = chunk * vocab * roofline.scaled(STATISTICS_SECONDS, on) * XLA_REDUCTIONS / OUTPUT_VECTORS
+    return -(-rows // max(chunk, 1)) * roofline.seconds(flops, moved, 0, on, serial=reductions)
 
 
 def xla_forward(rows: int, hidden: int, vocab: int, itemsize: int, on: Chip | None = None) -> bool:
-    """Whether `row_stats` (no plan given) runs XLA's formulation rather than the forward kernel: where the rows are
-    one of the stored scheme's chunks (at most `stored.CHUNKS[0]`; past that, the kernels: not measured against
-    XLA's), its float32 logits fit the chip's share, and the cost model puts it under the kernel. The kernel makes
-    all six statistics online after each step's matmul (`cost.STATISTICS_SECONDS`, which the MXU does not hide),
-    where XLA makes only those the caller reads (a loss: lse and the target's logit) and hides its logits' traffic
-    under the matmul where the matmul is the longer. The v5e at 1,024 rows
-    (`v5e-2026-12-07-lmhead-onechunk-1024-bd81221-base.json`, medians): the kernel 5.21, 10.21, 8.45 and 15.91 ms
-    at Llama 3.2 1B's, Gemma 2 2B's, Qwen2.5 7B's and 72B's heads, XLA 4.23, 8.50, 7.73 and 15.13, the kernel's
-    first calls 24.4, 11.5, 26.1 and 13.8 s (a [rows, 1024] float32 body for Mosaic). With this rule
+    """Whether `row_stats` (no plan given) runs XLA's formulation rather than the forward kernel: in chunks of
+    `stored.CHUNKS[0]` rows (one for fewer), where a chunk's float32 logits fit the chip's share and the cost model
+    puts it under the kernel. The kernel makes all six statistics online after each step's matmul
+    (`cost.STATISTICS_SECONDS`, which the MXU does not hide), where XLA makes only those the caller reads (a loss: lse
+    and the target's logit) and hides its logits' traffic under the matmul where the matmul is the longer. The v5e at
+    1,024 rows (`v5e-2026-12-07-lmhead-onechunk-1024-bd81221-base.json`, medians): the kernel 5.21, 10.21, 8.45 and
+    15.91 ms at Llama 3.2 1B's, Gemma 2 2B's, Qwen2.5 7B's and 72B's heads, XLA 4.23, 8.50, 7.73 and 15.13, the
+    kernel's first calls 24.4, 11.5, 26.1 and 13.8 s (a [rows, 1024] float32 body for Mosaic). With this rule
     (`v5e-2026-12-07-zoo-lmhead-fwd-1024-7e630cf.json`) the package's forward is XLA's time (4.37 against 4.38 ms,
-    7.53 against 7.59, 14.95 against 15.07) and its first call 1.0-2.5 s. At 256 rows, bound by the weight's read,
-    the kernel stays (`XLA_REDUCTIONS`)."""
+    7.53 against 7.59, 14.95 against 15.07) and its first call 1.0-2.5 s. At 4,096 rows (zoo shard 10) the kernel
+    took 0.68-0.95x XLA's speed at all ten heads, as the model says (within 10% of both sides' times): past 1,024
+    rows the rule held the kernel only because that side had not been measured (`FORWARD_CHUNKS_RECORD`). At 256
+    rows, bound by the weight's read, the kernel stays (`XLA_REDUCTIONS`)."""
     on = on or chip()
-    if rows > stored.CHUNKS[0] or rows < 1:
+    if rows < 1:
         return False
-    lay = stored.Layout(stored.chunk_for(rows, stored.CHUNKS[0]), 0, stored.step_columns(rows, vocab))
+    chunk = stored.chunk_for(rows, stored.CHUNKS[0])
+    lay = stored.Layout(chunk, 0, stored.step_columns(rows, vocab))
     if stored.temporaries(rows, vocab, itemsize, lay, hidden, on.kind) > on.hbm // HBM_SHARE:
         return False
     kernel = plans.choose(rows, hidden, vocab, itemsize, on).costs(hidden, vocab, itemsize)["forward"].seconds(on)
-    return xla_forward_seconds(rows, hidden, vocab, itemsize, on) < kernel
+    return xla_forward_seconds(rows, hidden, vocab, itemsize, on, chunk) < kernel
 
 
 @hosts.emulated("lm_head.row_stats")

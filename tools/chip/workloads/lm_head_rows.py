@@ -1,0 +1,146 @@
+"""The heads at training's rows where XLA's float32 logits fit the chip (the zoo's 4,096 tokens at small heads, where
+zoo shard 10 found the package's defaults 0.68-0.95x XLA's speed): every way the package's rules weigh there, timed
+beside XLA's plain formulation and the package's own choice, so that the rules' costs can be checked against the
+chip way by way. Run when named only.
+
+- the labels path's forward: the kernel (`row_stats`' default past 1,024 rows), XLA's formulation in chunks of rows
+  (`stats.stored_forward`: what `row_stats` runs at 1,024 rows and fewer) at 1,024, 2,048 and all the rows;
+- its forward and backward (`fused.loss_and_grads`): each way `fused._ways` offers at chunks of 1,024 and 2,048
+  (XLA's float32 accumulator, the accumulator kernel into float32 and the pairs, the streamed kernels with compact
+  logits), XLA's accumulator over all the rows as one chunk, the kernels;
+- TRL's statistics forward and backward (`statistics`): the package's choice, the kernels, the stored scheme;
+- per-token distillation (`distill.divergence`, JSD) for a same-family pair: each scheme.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ..zoo import baselines
+from . import Workload, with_grads
+from .lm_head import _head_args, distill_args
+
+ROWS = 4096
+CHUNKS = (1024, 2048)  # the chunks the rules weigh here; all the rows as one chunk beside them
+FORWARD_CHUNKS = (1024, 2048, ROWS)
+
+
+class CappedHead(NamedTuple):
+    model: str
+    hidden: int
+    vocab: int
+    soft_cap: float | None = None
+
+
+class CappedPair(NamedTuple):
+    model: str
+    rows: int
+    student_hidden: int
+    teacher_hidden: int
+    vocab: int
+    soft_cap: float | None = None
+
+
+HEADS = (  # config.json's hidden_size, vocab_size and final_logit_softcapping (tools/chip/zoo/models.py)
+    CappedHead("Qwen3 0.6B", 1024, 151936),
+    CappedHead("Qwen3 1.7B", 2048, 151936),
+    CappedHead("Qwen3 4B", 2560, 151936),
+    CappedHead("Gemma 2 2B", 2304, 256000, 30.0),
+)
+PAIRS = (CappedPair("Gemma 2 2B from Gemma 2 9B", ROWS, 2304, 3584, 256000, 30.0),
+         CappedPair("Qwen3 0.6B from Qwen3 8B", ROWS, 1024, 4096, 151936))
+BETA = 0.5
+
+
+def _way_name(c: Any) -> str:
+    """A chunked way's impl, in the names `predict` and the other LM-head workloads use."""
+    if c.streamed:
+        return f"tokamax (chunks of {c.chunk}, streamed, compact, pair accumulator{', int8 low' if c.scaled else ''})"
+    return (f"tokamax (chunks of {c.chunk}{', pair accumulator' if c.pair else ''}{', int8 low' if c.scaled else ''}"
+            f"{', accumulator kernel' if c.kernel else ''})")
+
+
+def workloads(tk: ModuleType) -> Iterator[Workload]:
+    lm_head, fused = tk.lm_head, tk.lm_head.fused
+    chip = tk.roofline.chip()
+
+    def labels(transform: Any, chunk: object, **way: Any) -> Callable[..., tuple]:
+        def fn(x: jax.Array, w: jax.Array, t: jax.Array) -> tuple:
+            weights = jnp.ones(t.shape, jnp.float32)
+            return fused.loss_and_grads(x, w, None, t, weights, transform, chunk=chunk, **way)[:3]
+        return fn
+
+    def forward(transform: Any, chunk: int | None) -> Callable[..., jax.Array]:
+        def fn(x: jax.Array, w: jax.Array, t: jax.Array) -> jax.Array:
+            s = (lm_head.row_stats(x, w, None, t, transform) if chunk is None
+                 else lm_head.stats.stored_forward(x, w, None, t, transform, chunk, 0)[0])
+            return jnp.sum(s.lse - s.target_logit)
+        return fn
+
+    def statistics(transform: Any, scheme: str) -> Callable[..., jax.Array]:
+        def fn(x: jax.Array, w: jax.Array, t: jax.Array) -> jax.Array:
+            s = lm_head.statistics(x, w, None, t, transform, scheme=scheme)
+            return -(s.target_logit - s.lse).sum() + s.entropy.sum()
+        return fn
+
+    for h in HEADS:
+        transform = lm_head.LogitTransform.of(soft_cap=h.soft_cap)
+        case = f"{h.model} head: {ROWS} rows, hidden {h.hidden}, vocabulary {h.vocab}" + (
+            f", soft cap {h.soft_cap:g}" if h.soft_cap else "")
+        flops = 2 * ROWS * h.hidden * h.vocab
+
+        def make(h=h) -> tuple:  # noqa: ANN001
+            return _head_args(ROWS, h.hidden, h.vocab)
+
+        def add(op: str, impl: str, pass_: str, fn: Callable[..., Any], f: float, case: str = case,
+                make: Callable[[], tuple] = make) -> Workload:
+            return Workload(op, case, impl, pass_, lambda: (fn, make()), f)
+
+        yield add("lm_head_loss", "tokamax", "fwd", forward(transform, None), flops)
+        for c in FORWARD_CHUNKS:
+            yield add("lm_head_loss", f"tokamax (XLA's formulation, chunks of {c})", "fwd", forward(transform, c),
+                      flops)
+        yield add("lm_head_loss", "xla", "fwd", baselines.labels(1.0, h.soft_cap), flops)
+        yield add("lm_head_loss", "tokamax", "fwd+bwd", labels(transform, "auto"), 3 * flops)
+        yield add("lm_head_loss", "tokamax (kernels)", "fwd+bwd", labels(transform, None), 3 * flops)
+        yield add("lm_head_loss", f"tokamax (chunks of {ROWS})", "fwd+bwd", labels(
+            transform, ROWS, pair_accumulator=False, accumulator_kernel=False, scaled_low=False, streamed=False),
+            3 * flops)
+        for chunk in CHUNKS:
+            for c in fused._ways(chunk, ROWS, h.hidden, h.vocab, 2, chip, True, soft_cap=h.soft_cap is not None):
+                way = ({"streamed": True, "compact": True, "pair_accumulator": True, "scaled_low": c.scaled}
+                       if c.streamed else {"pair_accumulator": c.pair, "accumulator_kernel": c.kernel,
+                                           "scaled_low": c.scaled, "streamed": False})
+                yield add("lm_head_loss", _way_name(c), "fwd+bwd", labels(transform, chunk, **way), 3 * flops)
+        yield add("lm_head_loss", "xla", "fwd+bwd", with_grads(baselines.labels(1.0, h.soft_cap), (0, 1)), 3 * flops)
+        for impl, scheme in (("tokamax", "auto"), ("tokamax (kernels)", "kernels"), ("tokamax (stored)", "stored")):
+            yield add("lm_head_statistics", impl, "fwd+bwd", with_grads(statistics(transform, scheme), (0, 1)),
+                      3 * flops)
+        yield add("lm_head_statistics", "xla", "fwd+bwd", with_grads(baselines.statistics(1.0, h.soft_cap), (0, 1)),
+                  3 * flops)
+
+    for d in PAIRS:
+        case = (f"{d.model} (JSD, beta {BETA}): {d.rows} rows, student {d.student_hidden}, teacher {d.teacher_hidden}, "
+                f"vocabulary {d.vocab}" + (f", soft cap {d.soft_cap:g}" if d.soft_cap else ""))
+        caps = {"student_soft_cap": d.soft_cap, "teacher_soft_cap": d.soft_cap}
+        f = 2 * d.rows * d.vocab * (d.student_hidden + d.teacher_hidden) + 4 * d.rows * d.vocab * d.student_hidden
+
+        def jsd(scheme: str, caps=caps) -> Callable[..., jax.Array]:  # noqa: ANN001
+            def loss(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array) -> jax.Array:
+                return tk.distill.divergence(xs, ws, None, xt, wt, None, beta=BETA, scheme=scheme, **caps)[0].sum()
+            return loss
+
+        per_token = baselines.divergence(BETA, (1.0, d.soft_cap), (1.0, d.soft_cap))
+
+        def xla(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array, per_token=per_token) -> jax.Array:  # noqa: ANN001
+            return per_token(xs, ws, xt, wt).sum()
+
+        for impl, fn in (("tokamax", jsd("auto")), ("tokamax (stored)", jsd("stored")),
+                         ("tokamax (kernels)", jsd("kernels")), ("xla", xla)):
+            yield Workload("distillation", case, impl, "fwd+bwd",
+                           lambda d=d, fn=fn: (with_grads(fn, (0, 1)), distill_args(d)), f)
