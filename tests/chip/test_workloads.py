@@ -12,13 +12,13 @@ from tools.chip.workloads import (
     attention,
     distill,
     lm_head_columns,
-    lm_head_rows,
     lm_head_statistics,
     lm_head_statistics_columns,
     lm_head_streamed,
     lm_head_vocab,
 )
 from tools.chip.workloads import lm_head as head_workloads
+from tools.chip.zoo import rows as lm_head_rows
 
 
 def _traced(emulation, workloads, key) -> list:  # noqa: ANN001
@@ -92,8 +92,9 @@ def test_the_streamed_head_workloads_trace_for_the_v5e(kernel, emulation):
 def test_the_training_rows_workloads_weigh_every_way_the_rules_offer(kernel, emulation):
     """`lm_head_rows` (run when named only): at 4,096 rows of each small head, the forward by the kernel and by XLA's
     formulation in 3 chunkings; forward and backward by the default, the kernels, one chunk, and every way
-    `fused._ways` offers at 1,024 and 2,048 rows (none streamed under Gemma 2's soft cap, nor at 2,048); TRL's statistics by 3
-    schemes; XLA beside each; each distillation pair by 3 schemes and XLA."""
+    `fused._ways` offers at 1,024 and 2,048 rows (none streamed under Gemma 2's soft cap, nor at 2,048); TRL's
+    statistics by 3 schemes; XLA beside each; each distillation pair by 3 schemes and XLA; the forward's 4
+    chunkings at the benchmark's three heads."""
     traced = _traced(emulation, lm_head_rows.workloads(kernel), lambda w: (w.case.split(" head")[0], w.op, w.impl,
                                                                            w.pass_))
     assert ("Qwen3 0.6B", "lm_head_loss", "tokamax (XLA's formulation, chunks of 2048)", "fwd") in traced
@@ -105,7 +106,8 @@ def test_the_training_rows_workloads_weigh_every_way_the_rules_offer(kernel, emu
     assert len([t for t in traced if t[1] == "distillation"]) == 2 * 4
     assert len([t for t in traced if t[1] == "lm_head_statistics"]) == 4 * 4
     # the Qwen heads: 6 ways at 1,024 rows (XLA's accumulator, the kernel's three, streamed in two), 4 at 2,048
-    assert len(traced) == 3 * (5 + 3 + 6 + 4 + 1) + len(gemma) + 16 + 8, traced
+    assert len([t for t in traced if t[0] in ("Llama 3 8B", "Qwen3 8B", "Gemma 3 4B")]) == 3 * 4
+    assert len(traced) == 3 * (5 + 3 + 6 + 4 + 1) + len(gemma) + 16 + 8 + 3 * 4, traced
 
 
 @pytest.mark.kernels_ci

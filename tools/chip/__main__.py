@@ -131,7 +131,6 @@ def main(argv: list[str]) -> int:
             distill,
             lm_head,
             lm_head_columns,
-            lm_head_rows,
             lm_head_statistics,
             lm_head_statistics_columns,
             lm_head_streamed,
@@ -141,6 +140,7 @@ def main(argv: list[str]) -> int:
             moe_uneven,
             step,
         )
+        from .zoo import rows as lm_head_rows
         from .zoo import workloads as zoo
 
         chosen = {"step": step, "attention": attention, "moe": moe, "lm_head": lm_head,

@@ -105,7 +105,11 @@ vocabulary-major and copied back each chunk (a float32 [chunk, vocab] copy: 0.5 
 their records at such a head are not predicted (the package now makes those arrays as their transposes)."""
 
 
-XLA_FORWARD_RUNS: tuple[str, ...] = ()
+SMALL_ACCUMULATOR = 2 * 10**9
+"""XLA adding dW into a float32 accumulator smaller than this is not predicted: `fused.ACCUMULATOR_PASSES` was fitted
+at 2.1-2.5 GB, and XLA hid more of the 0.6-1.6 GB ones of `fused.ROWS_RECORD` (1.20-1.32x faster than the model;
+tests/jax/lm_head/test_cost.py holds how far, and that another way was faster there)."""
+XLA_FORWARD_RUNS = ("0817c36",)
 """Runs whose labels-path forward past 1,024 rows ran XLA's formulation in chunks (`stats.xla_forward`); the runs
 before ran the forward kernel there."""
 
@@ -177,6 +181,8 @@ def _head(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
         return None
     pattern = r"tokamax \(chunks of (\d+)(, pair accumulator)?(, int8 low)?(, accumulator kernel)?\)"
     if chunked := re.fullmatch(pattern, r["impl"]):
+        if not (chunked[2] or chunked[4]) and int(chunked[1]) < h.rows and h.hidden * h.vocab * 4 < SMALL_ACCUMULATOR:
+            return None
         if chunked[2] and not chunked[4] and h.vocab % 128:
             return None  # XLA's pair (retired, `lm_head.fused`) off the lanes: its transposed layout not modelled
         scaled = bool(chunked[3]) or (commit[:7] in SCALED_RUNS and bool(chunked[2]) and bool(chunked[4]))
@@ -184,8 +190,7 @@ def _head(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
                              kernel=bool(chunked[4]), scaled=scaled).seconds(chip)
     if r["impl"] == "tokamax" and r["pass"] == "fwd" and commit[:7] in XLA_FORWARD_RUNS \
             and lm.stats.xla_forward(h.rows, h.hidden, h.vocab, 2, chip):
-        chunk = lm.stored.chunk_for(h.rows, lm.stored.CHUNKS[0])
-        return lm.stats.xla_forward_seconds(h.rows, h.hidden, h.vocab, 2, chip, chunk)
+        return lm.stats.xla_forward_seconds(h.rows, h.hidden, h.vocab, 2, chip)
     if r["impl"] in KERNELS:
         if r["impl"] == "tokamax" and r["pass"] == "fwd+bwd" and commit[:7] not in AUTO_KERNELS:
             scheme = (lm.fused.Scheme(*AUTO_SCHEMES[commit[:7]][h.model]) if commit[:7] in AUTO_SCHEMES
@@ -222,7 +227,7 @@ def _statistics(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None
     the layout the record ran (`_stored_layout`), or for "tokamax", the package's default, the one
     `stats.choose_scheme` takes (the kernels in `STATISTICS_ON_KERNELS`' runs, `WHOLE_P_RUNS`' own choice)."""
     h = _shape(r["case"], STATISTICS, by_rows=True)
-    if h is None:  # a head only `workloads.lm_head_rows` lists: its stored layouts are not named in the record
+    if h is None:  # a head only `zoo.rows` lists: its stored layouts are not named in the record
         return None
     lm = tk.lm_head
     if r["impl"] == "tokamax":
@@ -252,7 +257,7 @@ def _distill(tk: ModuleType, r: dict, chip: Any, commit: str) -> float | None:
     """The kernels' roofline, or the stored scheme's (`distill.cost.stored`) where the record ran it: "tokamax
     (stored)", and "tokamax" where `distill.stored.choose` takes it, in runs after `AUTO_KERNELS`."""
     d = _shape(r["case"], DISTILL)
-    if d is None:  # a pair only `workloads.lm_head_rows` lists (soft caps the kernels' cost does not take)
+    if d is None:  # a pair only `zoo.rows` lists (soft caps the kernels' cost does not take)
         return None
     blocks, stored = tk.distill.blocks, tk.distill.stored
     sizes = blocks.Sizes(d.rows, d.student_hidden, d.teacher_hidden, d.vocab)

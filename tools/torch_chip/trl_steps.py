@@ -195,6 +195,8 @@ def rollouts(impl: str, device: str, tiny: bool, cache: str = "dynamic") -> dict
             with torch_profiler(where):
                 generate()
                 synchronize()
+            for i, found in enumerate(sorted(where.rglob("*.xplane.pb"))):  # up from the profiler's nested folders,
+                found.rename(where / f"{i}.xplane.pb")  # which a chip host's transfer back leaves out
     compiled = {"graph_breaks": sum(counters["graph_break"].values()),
                 "unique_graphs": counters["stats"].get("unique_graphs", 0),
                 "break_reasons": sorted(counters["graph_break"])[:8]}

@@ -90,14 +90,32 @@ def test_the_calibrated_model_puts_the_v5es_lm_head_records_within_15_percent(ke
     15% of what the model says, at both heads."""
     from tools.chip import predict, results, table
 
-    checked = 0
+    checked = overstated = 0
     for path in table.bench_files():
         data = results.load(path)
+        fastest: dict[tuple[str, str], float] = {}
+        for r in data["records"]:
+            if r.get("median_s"):
+                key = (r["case"], r["pass"])
+                fastest[key] = min(fastest.get(key, r["median_s"]), r["median_s"])
         for r in data["records"]:
             p = predict.predicted(kernel, r, commit=data["commit"])
-            if r["op"] == "lm_head_loss" and p is not None:
-                assert 0.85 <= p / r["median_s"] <= 1.15, (r["case"], r["impl"], r["pass"], p / r["median_s"])
-                checked += 1
+            chunk = re.fullmatch(r"tokamax \(chunks of (\d+)\)", r["impl"])
+            if r["op"] == "lm_head_loss" and p is None and chunk and r.get("median_s") \
+                    and "soft cap" not in r["case"] and f" {chunk[1]} rows" not in r["case"]:  # not one chunk
+                # XLA's small accumulators (`predict.SMALL_ACCUMULATOR`): overstated, never past 1.35x, and another
+                # way faster on the chip in the same run
+                rows, hidden, vocab = map(int, re.search(r"(\d+) rows, hidden (\d+), vocabulary (\d+)",
+                                                         r["case"]).groups())
+                p = kernel.lm_head.fused.cost(rows, hidden, vocab, 2, int(chunk[1])).seconds(predict.v5e(kernel))
+                assert 1.0 <= p / r["median_s"] <= 1.35 and fastest[r["case"], r["pass"]] < 0.95 * r["median_s"], r
+                overstated += 1
+                continue
+            if r["op"] != "lm_head_loss" or p is None:
+                continue
+            assert 0.85 <= p / r["median_s"] <= 1.15, (r["case"], r["impl"], r["pass"], p / r["median_s"])
+            checked += 1
+    assert overstated == 6, overstated  # chunks of 1,024 and 2,048 at fused.ROWS_RECORD's three heads
     assert checked >= 54, checked  # the records of the runs to 9aff1ec
 
 

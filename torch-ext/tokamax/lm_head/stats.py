@@ -129,17 +129,17 @@ puts the kernel ahead at 256 rows, as the chip does (1.77 against 1.87 ms at Lla
 Qwen2.5 72B's)."""
 
 
-def xla_forward_seconds(rows: int, hidden: int, vocab: int, itemsize: int, on: Chip, chunk: int | None = None
-                        ) -> float:
-    """XLA's formulation of the forward by the one cost model (`roofline.seconds`), in chunks of `chunk` rows (None:
-    one; the rows padded to whole chunks, as `stored.forward` runs them): per chunk one matmul, x's chunk and the whole
-    w read, the float32 logits written and read (`XLA_LOGIT_BYTES`), and its reductions' vector work
-    (`XLA_REDUCTIONS`)."""
-    chunk = min(chunk or rows, rows)
-    flops = 2 * chunk * hidden * vocab
-    moved = (chunk + vocab) * hidden * itemsize + chunk * vocab * XLA_LOGIT_BYTES
-    reductions = chunk * vocab * roofline.scaled(STATISTICS_SECONDS, on) * XLA_REDUCTIONS / OUTPUT_VECTORS
-    return -(-rows // max(chunk, 1)) * roofline.seconds(flops, moved, 0, on, serial=reductions)
+def xla_forward_seconds(rows: int, hidden: int, vocab: int, itemsize: int, on: Chip) -> float:
+    """XLA's formulation of the forward by the one cost model (`roofline.seconds`): one matmul, x and w read once,
+    the float32 logits written and read (`XLA_LOGIT_BYTES`), and its reductions' vector work (`XLA_REDUCTIONS`).
+    In chunks of rows (`stored.forward`, as `row_stats` runs it past `stored.CHUNKS[0]` rows) the same: the v5e ran
+    chunks of 1,024 within 1% of one chunk of all the rows at 4,096 rows of four heads, and within 2% at Qwen3 8B's
+    16,384 (8% at Llama 3 8B's 8,192; `v5e-2026-12-07-bench-lm_head_rows-forward-0817c36.json`): w's read again per
+    chunk hides under the chunk's matmul."""
+    flops = 2 * rows * hidden * vocab
+    moved = (rows + vocab) * hidden * itemsize + rows * vocab * XLA_LOGIT_BYTES
+    reductions = rows * vocab * roofline.scaled(STATISTICS_SECONDS, on) * XLA_REDUCTIONS / OUTPUT_VECTORS
+    return roofline.seconds(flops, moved, 0, on, serial=reductions)
 
 
 def xla_forward(rows: int, hidden: int, vocab: int, itemsize: int, on: Chip | None = None) -> bool:
@@ -154,8 +154,12 @@ def xla_forward(rows: int, hidden: int, vocab: int, itemsize: int, on: Chip | No
     (`v5e-2026-12-07-zoo-lmhead-fwd-1024-7e630cf.json`) the package's forward is XLA's time (4.37 against 4.38 ms,
     7.53 against 7.59, 14.95 against 15.07) and its first call 1.0-2.5 s. At 4,096 rows (zoo shard 10) the kernel
     took 0.68-0.95x XLA's speed at all ten heads, as the model says (within 10% of both sides' times): past 1,024
-    rows the rule held the kernel only because that side had not been measured (`FORWARD_CHUNKS_RECORD`). At 256
-    rows, bound by the weight's read, the kernel stays (`XLA_REDUCTIONS`)."""
+    rows the rule had held the kernel only because that side was not measured. With this rule
+    (`v5e-2026-12-07-bench-lm_head_rows-defaults-0817c36.json`) the forward at 4,096 rows is 10.93, 18.19 and 21.83
+    ms at Qwen3 0.6B's, 1.7B's and 4B's heads against XLA's 10.83, 17.85 and 21.10, at Gemma 2 2B's capped one 33.47
+    against 32.09 in 0.98 GiB of temporaries where XLA holds 3.91; at the benchmark's heads 56.80, 136.58 and 70.76 ms
+    against XLA's 52.37, 134.45 and 69.58 (the kernel's were 66.7 and 156.7 at the first two), XLA holding 3.9-9.3
+    GiB. At 256 rows, bound by the weight's read, the kernel stays (`XLA_REDUCTIONS`)."""
     on = on or chip()
     if rows < 1:
         return False
@@ -164,7 +168,7 @@ def xla_forward(rows: int, hidden: int, vocab: int, itemsize: int, on: Chip | No
     if stored.temporaries(rows, vocab, itemsize, lay, hidden, on.kind) > on.hbm // HBM_SHARE:
         return False
     kernel = plans.choose(rows, hidden, vocab, itemsize, on).costs(hidden, vocab, itemsize)["forward"].seconds(on)
-    return xla_forward_seconds(rows, hidden, vocab, itemsize, on, chunk) < kernel
+    return xla_forward_seconds(rows, hidden, vocab, itemsize, on) < kernel
 
 
 @hosts.emulated("lm_head.row_stats")

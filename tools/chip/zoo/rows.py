@@ -8,6 +8,7 @@ chip way by way. Run when named only.
 - its forward and backward (`fused.loss_and_grads`): each way `fused._ways` offers at chunks of 1,024 and 2,048
   (XLA's float32 accumulator, the accumulator kernel into float32 and the pairs, the streamed kernels with compact
   logits), XLA's accumulator over all the rows as one chunk, the kernels;
+- the forward's chunks at the benchmark's own heads and rows (`models.HEADS`) too;
 - TRL's statistics forward and backward (`statistics`): the package's choice, the kernels, the stored scheme;
 - per-token distillation (`distill.divergence`, JSD) for a same-family pair: each scheme.
 """
@@ -21,9 +22,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..zoo import baselines
-from . import Workload, with_grads
-from .lm_head import _head_args, distill_args
+from ..models import HEADS as BENCHMARK_HEADS
+from ..workloads import Workload, with_grads
+from ..workloads.lm_head import _head_args, distill_args
+from . import baselines
 
 ROWS = 4096
 CHUNKS = (1024, 2048)  # the chunks the rules weigh here; all the rows as one chunk beside them
@@ -123,6 +125,13 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
                       3 * flops)
         yield add("lm_head_statistics", "xla", "fwd+bwd", with_grads(baselines.statistics(1.0, h.soft_cap), (0, 1)),
                   3 * flops)
+
+    for h in BENCHMARK_HEADS:  # the forward's chunks at the benchmark's heads and rows
+        case = f"{h.model} head: {h.rows} rows, hidden {h.hidden}, vocabulary {h.vocab}"
+        for c in (*FORWARD_CHUNKS, h.rows):
+            yield Workload("lm_head_loss", case, f"tokamax (XLA's formulation, chunks of {c})", "fwd",
+                           lambda h=h, c=c: (forward(lm_head.IDENTITY, c), _head_args(h.rows, h.hidden, h.vocab)),
+                           2 * h.rows * h.hidden * h.vocab)
 
     for d in PAIRS:
         case = (f"{d.model} (JSD, beta {BETA}): {d.rows} rows, student {d.student_hidden}, teacher {d.teacher_hidden}, "
