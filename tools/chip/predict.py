@@ -109,7 +109,7 @@ SMALL_ACCUMULATOR = 2 * 10**9
 """XLA adding dW into a float32 accumulator smaller than this is not predicted: `fused.ACCUMULATOR_PASSES` was fitted
 at 2.1-2.5 GB, and XLA hid more of the 0.6-1.6 GB ones of `fused.ROWS_RECORD` (1.20-1.32x faster than the model;
 tests/jax/lm_head/test_cost.py holds how far, and that another way was faster there)."""
-XLA_FORWARD_RUNS = ("0817c36",)
+XLA_FORWARD_RUNS = ("0817c36", "c08f1e4")
 """Runs whose labels-path forward past 1,024 rows ran XLA's formulation in chunks (`stats.xla_forward`); the runs
 before ran the forward kernel there."""
 
