@@ -178,6 +178,7 @@ def rollouts(impl: str, device: str, tiny: bool, cache: str = "dynamic") -> dict
     tok = byte_tokenizer()
     batch = tok(TEXTS[:2], padding=True, padding_side="left", return_tensors="pt").to(device)
     new = 8 if tiny else 64
+
     def generate() -> Any:
         return net.generate(**batch, max_new_tokens=new, do_sample=True, temperature=0.9, num_return_sequences=2,
                             pad_token_id=1, **({"cache_implementation": "static"} if cache == "static" else {}))

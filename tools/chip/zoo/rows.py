@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,38 +25,17 @@ import jax.numpy as jnp
 from ..models import HEADS as BENCHMARK_HEADS
 from ..workloads import Workload, with_grads
 from ..workloads.lm_head import _head_args, distill_args
-from . import baselines
+from . import baselines, shapes
+from .models import BY_NAME
 
 ROWS = 4096
 CHUNKS = (1024, 2048)  # the chunks the rules weigh here; all the rows as one chunk beside them
 FORWARD_CHUNKS = (1024, 2048, ROWS)
 
 
-class CappedHead(NamedTuple):
-    model: str
-    hidden: int
-    vocab: int
-    soft_cap: float | None = None
-
-
-class CappedPair(NamedTuple):
-    model: str
-    rows: int
-    student_hidden: int
-    teacher_hidden: int
-    vocab: int
-    soft_cap: float | None = None
-
-
-HEADS = (  # config.json's hidden_size, vocab_size and final_logit_softcapping (tools/chip/zoo/models.py)
-    CappedHead("Qwen3 0.6B", 1024, 151936),
-    CappedHead("Qwen3 1.7B", 2048, 151936),
-    CappedHead("Qwen3 4B", 2560, 151936),
-    CappedHead("Gemma 2 2B", 2304, 256000, 30.0),
-)
-PAIRS = (CappedPair("Gemma 2 2B from Gemma 2 9B", ROWS, 2304, 3584, 256000, 30.0),
-         CappedPair("Qwen3 0.6B from Qwen3 8B", ROWS, 1024, 4096, 151936))
-BETA = 0.5
+HEADS = ("Qwen3 0.6B", "Qwen3 1.7B", "Qwen3 4B", "Gemma 2 2B")  # their heads as the zoo reads them (`shapes.heads`)
+PAIRS = ("Gemma 2 2B", "Qwen3 0.6B")  # students, each with its zoo teacher (`shapes.distillation`, the JSD)
+BETA = shapes.JSD_BETA
 
 
 def _way_name(c: Any) -> str:
@@ -90,9 +69,10 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
             return -(s.target_logit - s.lse).sum() + s.entropy.sum()
         return fn
 
-    for h in HEADS:
-        transform = lm_head.LogitTransform.of(soft_cap=h.soft_cap)
-        case = f"{h.model} head: {ROWS} rows, hidden {h.hidden}, vocabulary {h.vocab}" + (
+    for model in HEADS:
+        h = shapes.heads(BY_NAME[model], ROWS)[0]
+        transform = lm_head.LogitTransform.of(scale=h.scale, soft_cap=h.soft_cap)
+        case = f"{model} head: {ROWS} rows, hidden {h.hidden}, vocabulary {h.vocab}" + (
             f", soft cap {h.soft_cap:g}" if h.soft_cap else "")
         flops = 2 * ROWS * h.hidden * h.vocab
 
@@ -107,7 +87,7 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
         for c in FORWARD_CHUNKS:
             yield add("lm_head_loss", f"tokamax (XLA's formulation, chunks of {c})", "fwd", forward(transform, c),
                       flops)
-        yield add("lm_head_loss", "xla", "fwd", baselines.labels(1.0, h.soft_cap), flops)
+        yield add("lm_head_loss", "xla", "fwd", baselines.labels(h.scale, h.soft_cap), flops)
         yield add("lm_head_loss", "tokamax", "fwd+bwd", labels(transform, "auto"), 3 * flops)
         yield add("lm_head_loss", "tokamax (kernels)", "fwd+bwd", labels(transform, None), 3 * flops)
         yield add("lm_head_loss", f"tokamax (chunks of {ROWS})", "fwd+bwd", labels(
@@ -119,12 +99,13 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
                        if c.streamed else {"pair_accumulator": c.pair, "accumulator_kernel": c.kernel,
                                            "scaled_low": c.scaled, "streamed": False})
                 yield add("lm_head_loss", _way_name(c), "fwd+bwd", labels(transform, chunk, **way), 3 * flops)
-        yield add("lm_head_loss", "xla", "fwd+bwd", with_grads(baselines.labels(1.0, h.soft_cap), (0, 1)), 3 * flops)
+        yield add("lm_head_loss", "xla", "fwd+bwd", with_grads(baselines.labels(h.scale, h.soft_cap), (0, 1)),
+                  3 * flops)
         for impl, scheme in (("tokamax", "auto"), ("tokamax (kernels)", "kernels"), ("tokamax (stored)", "stored")):
             yield add("lm_head_statistics", impl, "fwd+bwd", with_grads(statistics(transform, scheme), (0, 1)),
                       3 * flops)
-        yield add("lm_head_statistics", "xla", "fwd+bwd", with_grads(baselines.statistics(1.0, h.soft_cap), (0, 1)),
-                  3 * flops)
+        yield add("lm_head_statistics", "xla", "fwd+bwd",
+                  with_grads(baselines.statistics(h.scale, h.soft_cap), (0, 1)), 3 * flops)
 
     for h in BENCHMARK_HEADS:  # the forward's chunks at the benchmark's heads and rows
         case = f"{h.model} head: {h.rows} rows, hidden {h.hidden}, vocabulary {h.vocab}"
@@ -133,18 +114,22 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
                            lambda h=h, c=c: (forward(lm_head.IDENTITY, c), _head_args(h.rows, h.hidden, h.vocab)),
                            2 * h.rows * h.hidden * h.vocab)
 
-    for d in PAIRS:
-        case = (f"{d.model} (JSD, beta {BETA}): {d.rows} rows, student {d.student_hidden}, teacher {d.teacher_hidden}, "
-                f"vocabulary {d.vocab}" + (f", soft cap {d.soft_cap:g}" if d.soft_cap else ""))
-        caps = {"student_soft_cap": d.soft_cap, "teacher_soft_cap": d.soft_cap}
-        f = 2 * d.rows * d.vocab * (d.student_hidden + d.teacher_hidden) + 4 * d.rows * d.vocab * d.student_hidden
+    for student in PAIRS:
+        d = next(c for c in shapes.distillation(BY_NAME[student], ROWS) if c.op == "distillation")
+        teacher = next(t for s, t in shapes.PAIRS if s == student)
+        cap = f", soft cap {d.student_cap:g}" if d.student_cap else ""
+        case = (f"{student} from {teacher} (JSD, beta {BETA}): {d.rows} rows, student {d.student_hidden}, teacher "
+                f"{d.teacher_hidden}, vocabulary {d.vocab}{cap}")
+        caps = {"student_scale": d.student_scale, "student_soft_cap": d.student_cap,
+                "teacher_scale": d.teacher_scale, "teacher_soft_cap": d.teacher_cap}
+        f = d.flops("fwd+bwd")
 
         def jsd(scheme: str, caps=caps) -> Callable[..., jax.Array]:  # noqa: ANN001
             def loss(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array) -> jax.Array:
                 return tk.distill.divergence(xs, ws, None, xt, wt, None, beta=BETA, scheme=scheme, **caps)[0].sum()
             return loss
 
-        per_token = baselines.divergence(BETA, (1.0, d.soft_cap), (1.0, d.soft_cap))
+        per_token = baselines.divergence(BETA, (d.student_scale, d.student_cap), (d.teacher_scale, d.teacher_cap))
 
         def xla(xs: jax.Array, ws: jax.Array, xt: jax.Array, wt: jax.Array, per_token=per_token) -> jax.Array:  # noqa: ANN001
             return per_token(xs, ws, xt, wt).sum()
