@@ -192,7 +192,7 @@ def test_fakes_match_jax_shapes(ops, tokamax):
     for ids, snk, statics in calls:
         for residuals in (True, False):
             checks.fake_matches_jax(ops, ops.splash_op, f._splash_jax, q, k, k, *ids, snk, *statics, residuals)
-        checks.fake_matches_jax(ops, ops.splash_bwd_op, f._splash_bwd_jax, q, k, k, *ids, snk, q, rows, rows, q,
+        checks.fake_matches_jax(ops, ops.splash_bwd_op, f._splash_bwd_jax, q, k, k, *ids, snk, q, rows, q,
                                 *statics)
         at_statics = (*statics[:3], statics[4])
         checks.fake_matches_jax(ops, ops.splash_at_op, f._splash_at_jax, q, k, k, *ids,
@@ -228,4 +228,4 @@ def test_lowers_to_one_kernel_for_the_batch(ops):
     q, rows = torch.zeros(4, 2, 1000, 128, dtype=torch.bfloat16), torch.zeros(4, 2, 1000)
     statics = (True, 127, 0, 0, -1.0)
     assert checks.mosaic_kernels(ops, f._splash_jax, q, q, q, None, None, None, *statics, True) == 1
-    assert checks.mosaic_kernels(ops, f._splash_bwd_jax, q, q, q, None, None, None, q, rows, rows, q, *statics) == 1
+    assert checks.mosaic_kernels(ops, f._splash_bwd_jax, q, q, q, None, None, None, q, rows, q, *statics) == 1

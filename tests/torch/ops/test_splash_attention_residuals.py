@@ -1,8 +1,8 @@
-"""`splash_attention` computes the backward's residuals (max_logits, logsumexp) only where a gradient can
-be asked for: torch-tpu's export returns every output of the op's JAX function, so a forward under
-torch.no_grad() (inference, generation's prefill) would otherwise read the kernel's lane-broadcast float32
-statistics ([batch, heads, len, 128]) back from HBM for nothing (0.36 ms of a 5 ms forward at 8k tokens,
-32 heads, on the v5e)."""
+"""`splash_attention` computes the backward's residual (the logsumexp) only where a gradient can be asked
+for, and never the max logits (upstream's backward does not read them): torch-tpu's export returns every
+output of the op's JAX function, so a forward under torch.no_grad() (inference, generation's prefill) would
+otherwise read the kernel's lane-broadcast float32 statistics ([batch, heads, len, 128]) back from HBM for
+nothing (0.18 ms each of a 5 ms forward at 8k tokens, 32 heads, on the v5e)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def _stats_readers(text: str) -> list[str]:
 @pytest.mark.parametrize("segments", [False, True], ids=["plain", "segments+sinks"])
 def test_the_no_grad_export_reads_no_residuals(ops, segments):
     """Exported for TPU as torch-tpu exports it: without residuals nothing but the kernel touches its float32
-    statistics and the op returns empties [batch, heads, 0]; with them, one slice each (their lane 0)."""
+    statistics and the op returns an empty [batch, heads, 0]; with them, one slice (the logsumexp's lane 0): the
+    max logits, which JAX's one program drops, are not read back either."""
     f = checks.family(ops, "splash_attention").custom_ops
     q = torch.zeros(2, 4, 1000, 128, dtype=torch.bfloat16)
     k = torch.zeros(2, 2, 1000, 128, dtype=torch.bfloat16)
@@ -43,7 +44,7 @@ def test_the_no_grad_export_reads_no_residuals(ops, segments):
     assert _stats_readers(texts[False]) == [], _stats_readers(texts[False])
     assert "-> (tensor<2x4x1000x128xbf16>" in texts[False] and "tensor<2x4x0xf32>" in texts[False]
     readers = _stats_readers(texts[True])
-    assert len(readers) == 2 and all("stablehlo.slice" in line for line in readers), readers
+    assert len(readers) == 1 and "stablehlo.slice" in readers[0], readers
 
 
 def _case(grad: bool) -> tuple[torch.Tensor, ...]:
@@ -77,12 +78,12 @@ def test_no_grad_output_equals_the_grad_paths_and_gradients_still_flow(ops):
 
 
 def test_residual_free_outputs_are_empty(ops):
-    """CPU tensors through the op itself: statistics [batch, heads, 0] without residuals, [batch, heads, len] with."""
+    """CPU tensors through the op itself: the logsumexp [batch, heads, 0] without residuals, [batch, heads, len]
+    with; out and the logsumexp alone."""
     q, k, v, sinks, ids = _case(grad=False)
     for residuals, rows in ((False, 0), (True, 37)):
-        out, max_logits, lse = ops.splash_op(q, k, v, ids, ids, sinks, *STATICS, residuals)
-        assert out.shape == q.shape and max_logits.shape == lse.shape == (2, 4, rows)
-        assert max_logits.dtype == lse.dtype == torch.float32
+        out, lse = ops.splash_op(q, k, v, ids, ids, sinks, *STATICS, residuals)
+        assert out.shape == q.shape and lse.shape == (2, 4, rows) and lse.dtype == torch.float32
 
 
 def _residual_flags(ops) -> contextlib.AbstractContextManager[list[bool]]:  # noqa: ANN001
@@ -112,7 +113,7 @@ def test_the_residual_free_variant_runs_where_no_gradient_can_be_asked_for(ops, 
 @pytest.mark.kernels_ci
 def test_a_gradient_through_a_residual_free_call_is_refused(ops):
     q, k, v, sinks = _meta((True, False, False, False))
-    out, _, _ = ops.splash_op(q, k, v, None, None, sinks, *STATICS, False)
+    out, _ = ops.splash_op(q, k, v, None, None, sinks, *STATICS, False)
     with pytest.raises(RuntimeError, match="tokamax splash_attention: a gradient through a call made with "
                                            "residuals=False"):
         out.sum().backward()

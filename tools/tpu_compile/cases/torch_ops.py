@@ -60,7 +60,7 @@ def _prefill(model: Model, batch: int, tokens: int, window: int = -1, sinks: boo
         q, kv = ((batch, model.heads, n, model.head_dim), BF16), ((batch, model.kv_heads, n, model.head_dim), BF16)
         ids = ((batch, n), I32)
         head = [q, kv, kv, ids, ids, ((model.heads,), F32) if sinks else None]
-        return head + [q, ((batch, model.heads, n), F32), ((batch, model.heads, n), F32), q] if backward else head
+        return head + [q, ((batch, model.heads, n), F32), q] if backward else head
     statics = (True, window - 1 if window > 0 else -1, 0 if window > 0 else -1, 0, 0.0)
     # the forward as prefill runs it (no gradient: `residuals` False); the backward takes no such flag
     return _call("splash_attention", "splash_bwd_op" if backward else "splash_op", shapes,

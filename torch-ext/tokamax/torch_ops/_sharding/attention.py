@@ -66,8 +66,8 @@ def _inputs(layout: str, k: object, q_ids: object, kv_ids: object, sinks: object
 
 
 def _outputs(layout: str) -> tuple:
-    """Placements of out and of the per-row statistics (max logits, logsumexp; [batch, heads, 0] empties
-    without residuals, which split over dims 0 and 1 as well)."""
+    """Placements of out and of the per-row logsumexp ([batch, heads, 0] empties without residuals, which split
+    over dims 0 and 1 as well)."""
     split = {"replicated": Replicate(), "batch": Shard(0), "heads": Shard(1)}[layout]
     return split, split
 
@@ -75,11 +75,11 @@ def _outputs(layout: str) -> tuple:
 def _splash(q: object, k: object, v: object, q_ids: object, kv_ids: object, sinks: object, *statics: object) -> list:
     layout = _layout(q, k)
     out, stats = _outputs(layout)
-    return [([out, stats, stats], _inputs(layout, k, q_ids, kv_ids, sinks) + [None] * len(statics))]
+    return [([out, stats], _inputs(layout, k, q_ids, kv_ids, sinks) + [None] * len(statics))]
 
 
 def _splash_bwd(q: object, k: object, v: object, q_ids: object, kv_ids: object, sinks: object, out: object,
-                max_logits: object, lse: object, grad: object, *statics: object) -> list:
+                lse: object, grad: object, *statics: object) -> list:
     layout = _layout(q, k)
     o, stats = _outputs(layout)
     inputs = _inputs(layout, k, q_ids, kv_ids, sinks)
@@ -90,7 +90,7 @@ def _splash_bwd(q: object, k: object, v: object, q_ids: object, kv_ids: object, 
         d_sinks = Replicate()  # zeros [1] on every rank
     else:
         d_sinks = {"replicated": Replicate(), "batch": Partial(), "heads": Shard(0)}[layout]
-    return [([inputs[0], d_kv, d_kv, d_sinks], inputs + [o, stats, stats, o] + [None] * len(statics))]
+    return [([inputs[0], d_kv, d_kv, d_sinks], inputs + [o, stats, o] + [None] * len(statics))]
 
 
 def _splash_at(q: object, k: object, v: object, q_ids: object, kv_ids: object, q_offset: object, sinks: object,

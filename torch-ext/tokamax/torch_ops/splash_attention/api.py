@@ -132,5 +132,5 @@ def splash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
         out = splash_at_op(*tensors, offset, sinks, causal, left, right, cap)
     else:
         # the backward's residuals only where a gradient can be asked for (inference, prefill, no_grad: none)
-        out, _, _ = splash_op(*tensors, sinks, causal, left, right, offset, cap, wants_grad)
+        out, _ = splash_op(*tensors, sinks, causal, left, right, offset, cap, wants_grad)
     return out if batched else out[0]
