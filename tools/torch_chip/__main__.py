@@ -23,6 +23,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--tiny", action="store_true", help="small shapes on any device: the plumbing, not figures")
     parser.add_argument("--device", default="tpu", help="the Torch side's device (cpu: the plumbing on a CPU host)")
+    parser.add_argument("--shapes", help="jax, jax-profile, bridge, profile: only the shapes whose case starts with "
+                        "one of these comma-separated prefixes (e.g. causal,OLMoE)")
     args, rest = parser.parse_known_args(argv)  # the rest: mirror's pytest arguments, steps' and trl's own options
     args.rest = [a for a in rest if a != "--"]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -42,6 +44,8 @@ def main(argv: list[str]) -> int:
     from .records import open_results
 
     shapes = bridge.TINY if args.tiny else bridge.SHAPES
+    if args.shapes:
+        shapes = bridge.named(shapes, args.shapes.split(","))
     if args.what == "jax":
         tk = package()
         bridge.jax_side(tk, open_results(args.out / "bridge-jax.json", "bridge", args.commit, side="jax"),

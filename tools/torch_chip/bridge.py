@@ -137,6 +137,15 @@ its inputs, so its forward returns its output alone (a returned input would be a
 RESIDUALS = ("attention",)
 
 
+def named(shapes: tuple[Shape, ...], prefixes: list[str]) -> tuple[Shape, ...]:
+    """The shapes whose case starts with one of `prefixes` (a run of a few of them); none is refused."""
+    chosen = tuple(s for s in shapes if s.case.startswith(tuple(prefixes)))
+    if not chosen:
+        raise SystemExit(f"--shapes {','.join(prefixes)}: no case starts with these; the cases: "
+                         + "; ".join(s.case for s in shapes))
+    return chosen
+
+
 def split_of(op: str, record: dict | None = None) -> str:
     """What the two programs' backward takes (a record's `backward_takes`; dde9797's, without it, recomputed
     splash's forward in its backward)."""

@@ -73,18 +73,22 @@ def _cache_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, first_sl
     return reference.attention(q * SCALE, k, v, allowed).transpose(1, 2)
 
 
+@pytest.mark.parametrize("mask_cols", [43, 100], ids=["cut", "padded"])
 @pytest.mark.parametrize("q_len", [1, 3], ids=["decode", "chunk"])
-def test_static_cache_step_with_a_padding_mask(tokamax, q_len):
+def test_static_cache_step_with_a_padding_mask(tokamax, q_len, mask_cols):
     """A 100-slot static cache filled to 43 (the step's tokens included), row 1 left-padded by 6, the
-    unwritten slots holding garbage; the mask covers the 43 slots written, as transformers cuts it."""
+    unwritten slots holding garbage; the mask covers the 43 slots written, as transformers cuts it, or all 100
+    slots with the unwritten ones 0, as `cache_masks` pads a static cache's (the queries sit after the last
+    column attended to either way)."""
     q, k, v = _qkv(2, 4, 2, q_len, 100, seed=20)
     k[:, :, 43:], v[:, :, 43:] = 1e4, -1e4  # unwritten slots: any value must be ignored
-    mask = torch.ones(2, 43, dtype=torch.bool)
+    mask = torch.zeros(2, mask_cols, dtype=torch.bool)
+    mask[:, :43] = True
     mask[1, :6] = False
     with torch.no_grad():
         out, _ = tokamax.attention(MODULE, q, k, v, mask, scaling=SCALE)
     kv_valid = torch.zeros(2, 100, dtype=torch.bool)
-    kv_valid[:, :43] = mask
+    kv_valid[:, :43] = mask[:, :43]
     torch.testing.assert_close(out.double(), _cache_reference(q, k, v, 43 - q_len, kv_valid), **TOL)
 
 

@@ -63,12 +63,15 @@ def test_the_masks_are_transformers_flash_masks_but_a_cache_steps_all_ones_mask_
     module = importlib.import_module(f"{tokamax.__name__}.integrations.transformers.cache_masks")
     ones, padded = torch.ones(2, 30, dtype=torch.bool), torch.ones(2, 30, dtype=torch.bool)
     padded[1, :4] = False
-    for q_length, kv_length in ((30, 30), (1, 30), (3, 25)):
+    for q_length, kv_length in ((30, 30), (1, 30), (3, 25), (1, 64), (3, 48)):
         for mask in (ones, padded, None):
             with _Reads() as reads:
                 got = module.cache_step_masks(2, q_length, kv_length, attention_mask=mask)
             want = flash_attention_mask(2, q_length, kv_length, attention_mask=mask)
-            if q_length < kv_length and mask is not None:  # kept as is, never read
+            if q_length < kv_length and mask is not None and kv_length > mask.shape[1]:
+                # a static cache's: padded to the cache's length (one shape every step), never read
+                assert torch.equal(got, torch.cat([mask, mask.new_zeros(2, kv_length - 30)], 1)) and reads.count == 0
+            elif q_length < kv_length and mask is not None:  # kept as is, never read
                 assert torch.equal(got, mask[:, -kv_length:]) and reads.count == 0
             else:
                 assert (got is None and want is None) or torch.equal(got, want)

@@ -6,7 +6,10 @@ padding mask (`if attention_mask.all()`): a read of the device every forward. On
 all the work queued before it, so the host stops running ahead of the chip once per generated token. On the
 v5e, GRPO's rollouts (64 tokens for 4 sequences, a 2-layer Qwen3) took 2.63 s with the flash masks and 1.62 s
 without that read (eager attention 1.75 s; docs/torch-chip.md). A cache step (fewer queries than keys) gets
-the padding mask cut to the keys as it is, all ones or not (`decode.cache_step` reads either the same way);
+the padding mask cut to the keys as it is, all ones or not (`decode.cache_step` reads either the same way), and
+a static cache's padded to the cache's length: grown a column a step, it changed the compiled decode step's
+input shape every token, and torch.compile recompiled until its limit (8 graphs) and then ran the steps op by
+op (the v5e's trace of GRPO's rollouts, 2.6x eager attention's time);
 prompts and training batches, one forward each, keep transformers' masks (None without padding).
 
 `adopt(module)`, called by `attention` on each call, registers this function for the model's attention name
@@ -29,6 +32,11 @@ def cache_step_masks(batch_size: int, q_length: int, kv_length: int, q_offset: i
     from transformers.masking_utils import flash_attention_mask
 
     if attention_mask is not None and q_length < kv_length:
+        if (short := kv_length + kv_offset - attention_mask.shape[-1]) > 0:
+            # a static cache: padded to its length (as transformers' own masks are), so that the compiled decode
+            # step takes a mask of one shape every step; `decode.cache_step` places the queries by the last
+            # column attended to, not by the mask's length
+            attention_mask = torch.nn.functional.pad(attention_mask, (0, short))
         return attention_mask[:, -kv_length:]
     kept = {} if mask_function is None else dict(mask_function=mask_function)
     return flash_attention_mask(batch_size, q_length, kv_length, q_offset, kv_offset, attention_mask=attention_mask,
