@@ -82,7 +82,8 @@ def test_the_lm_heads_loss_from_torch_is_the_jax_paths_plus_the_finish_pass():
     the JAX path. The whole op is 1.064x: its backward scales dW's float32 accumulator by the loss's cotangent and
     rounds it once (read 2.1 GB, write 1.05 GB: 5.3 ms at the v5e's 590 GB/s), which the JAX path, whose cotangent
     is the constant 1, folds away. Issue 71's 1.05x is not met there; the bound below keeps it from growing."""
-    data = _latest("bridge")
+    data = max((d for d in _load("bridge") if any(r["op"] == "lm_head_loss" for r in d["records"])),
+               key=lambda d: d["started"])  # the newest run with the head (d7264a3's timed splash alone)
     by = {r["impl"]: r for r in data["records"] if r["op"] == "lm_head_loss"}
     assert by["tokamax (torch, custom op alone)"]["ratio_to_jax"] <= 1.05, by
     assert by["tokamax (torch)"]["ratio_to_jax"] <= 1.07, by
@@ -97,7 +98,7 @@ def test_the_traces_show_the_grouped_matmuls_custom_op_at_the_jax_paths_device_t
     as the JAX path's program (torch-tpu compiles the same kernel), so what separates the two sides' wall times is
     each call's launch and wait and the benchmark's eager sum. (Splash's forward op also computes its residuals:
     docs/torch-chip.md.)"""
-    (data,) = _load("traces")
+    (data,) = [d for d in _load("traces") if any(r["impl"] == "jax" for r in d["records"])]  # both sides traced
     device = {(r["impl"], r["case"]): r["device"]["XLA Modules"]["us_per_call"] for r in data["records"]
               if "XLA Modules" in r["device"]}  # a DEFER_AND_FUSE forward ran nothing while traced
     for shape in ("mixtral-8x7b-experts", "olmoe-experts"):
@@ -337,3 +338,50 @@ def test_the_packages_own_cache_masks_keep_grpos_rollouts_and_step_faster_on_the
         assert by[case, "tokamax"]["median_s"] * 1.05 < by[case, "trl"]["median_s"], case
     static = by["generate-static", "tokamax"]["dynamo"]
     assert static["unique_graphs"] > 0 and static["graph_breaks"] == 0, static
+
+
+@pytest.mark.kernels_ci
+def test_a_static_caches_rollouts_compile_once_and_beat_eager_attention():
+    """GRPO's rollouts on a static cache (a 2-layer Qwen3, 64 new tokens for 4 sequences). cea233d: transformers'
+    compiled decode step took the kernel's padding mask, a column longer each token, so dynamo compiled 8 graphs
+    (its limit) and the rest of the steps ran op by op, 2.6x eager attention's time (the trace: 9,960 device
+    programs against eager's 3,177, 840 separate `linear`s). d7264a3 pads a static cache's mask to the cache's
+    length: one graph, as eager attention's, and the kernel's rollouts are the faster ones (1.27x)."""
+    def run(commit: str) -> dict:
+        (data,) = [d for d in table.runs("trl") if f"-{commit}-generate-static" in d["file"]]
+        return {r["impl"]: r for r in data["records"] if r["case"] == "generate-static"}
+
+    before, after = run("cea233d"), run("d7264a3")
+    assert before["tokamax"]["dynamo"]["unique_graphs"] == 8 and before["trl"]["dynamo"]["unique_graphs"] == 1
+    assert before["tokamax"]["median_s"] > 2 * before["trl"]["median_s"]
+    assert after["tokamax"]["dynamo"] == after["trl"]["dynamo"] == {"graph_breaks": 0, "unique_graphs": 1,
+                                                                     "break_reasons": []}
+    assert after["tokamax"]["median_s"] * 1.2 < after["trl"]["median_s"]
+    assert after["tokamax"]["first_step_s"] < before["tokamax"]["first_step_s"] / 2
+
+
+@pytest.mark.kernels_ci
+def test_splash_from_torch_with_its_cotangent_given_is_within_5_percent_of_jaxs_one_program_back_to_back():
+    """Splash at 8k tokens, the Torch op with its cotangent given, against JAX's one program (cea233d's JAX side;
+    d7264a3 changed JAX's program only in how dq's three partials are added, which the compiler's model on this
+    host costs the same). The chip's trace at cea233d put the Torch op's device time 0.76 ms over JAX's: dq's
+    float32 sum written and rounded in a second pass (0.80 against 0.41 ms), the cotangent read for di (0.18
+    against 0.05) and the max logits (0.18, which cea233d stopped computing). With dq's partials added element by
+    element (d7264a3), 1.034x issued back to back (was 1.065x at cea233d, 1.076x at bd81221) and 1.069x waited
+    (1.112x, 1.107x)."""
+    def given(commit: str) -> dict:
+        data = next(b for b in _load("bridge") if b["commit"] == commit)
+        (r,) = [r for r in data["records"]
+                if r["op"] == "attention" and r["impl"] == "tokamax (torch, cotangent given)"]
+        return r
+
+    before, after = given("cea233d"), given("d7264a3")
+    assert after["numerics"] == "passed" and after["grad_norms"] == pytest.approx(before["grad_norms"], rel=1e-3)
+    assert after["pipelined_ratio_to_jax"] <= 1.05 and after["ratio_to_jax"] <= 1.08, after
+    assert after["median_s"] < before["median_s"] - 3e-4 and after["pipelined_s"] < before["pipelined_s"] - 3e-4
+    (trace,) = [d for d in _load("traces") if d["commit"] == "cea233d"]
+    ops = {r["case"]: dict(r["device"]["XLA Ops"]["top"]) for r in trace["records"]}
+    backward = ops["causal-32-8-heads-of-128-8-192-tokens-tokamax-torch-cotangent-given-fwd-bwd"]
+    dq_sum = [us for name, us in backward.items() if name.startswith(("%convert_reduce_fusion = f32[32,8192,128]",
+                                                                       "%convert_bitcast_fusion = bf16[1,32,8192"))]
+    assert len(dq_sum) == 2 and sum(dq_sum) > 700, backward  # the two passes d7264a3 makes one
