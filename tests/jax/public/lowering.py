@@ -14,13 +14,18 @@ from .normalise import normalise
 
 def as_released(api: Any) -> contextlib.AbstractContextManager[None]:
     """On this kernel's side, upstream's ragged-dot heuristics as released (before TPU7x this kernel gives a
-    call without a table entry its own tiles: `tokamax.moe.tiles`, checked in tests/jax/moe); upstream's side
-    as it is. The identity and selection checks compare the port with upstream under it."""
-    try:
-        hook = api.module("_src.ops.ragged_dot.tiles_hook")
-    except ImportError:
-        return contextlib.nullcontext()
-    return hook.upstream_heuristics()
+    call without a table entry its own tiles: `tokamax.moe.tiles`, checked in tests/jax/moe) and splash's dq sum
+    as released (`dq_sum`, checked in tests/jax/splash); upstream's side as it is. The identity and selection
+    checks compare the port with upstream under it."""
+    stack = contextlib.ExitStack()
+    for name, released in (("_src.ops.ragged_dot.tiles_hook", "upstream_heuristics"),
+                           ("_src.ops.experimental.tpu.splash_attention.dq_sum", "as_released")):
+        try:
+            hook = api.module(name)
+        except ImportError:  # upstream's own tree: nothing to restore
+            continue
+        stack.enter_context(getattr(hook, released)())
+    return stack
 
 
 def lower_public_raw(case: PublicCase, api: Any, emulation: ModuleType) -> str:
