@@ -92,6 +92,24 @@ def test_static_cache_step_with_a_padding_mask(tokamax, q_len, mask_cols):
     torch.testing.assert_close(out.double(), _cache_reference(q, k, v, 43 - q_len, kv_valid), **TOL)
 
 
+@pytest.mark.parametrize("mask_cols", [20, 64], ids=["cut", "padded"])
+def test_a_static_caches_prompt_right_padded_in_every_row_starts_at_slot_0(tokamax, mask_cols):
+    """A 20-token prompt into a 64-slot static cache, its last 3 tokens padding in both rows (the queries sit by
+    the last column attended to, but never fewer than the new tokens: the prompt starts at slot 0)."""
+    q, k, v = _qkv(2, 4, 2, 20, 64, seed=25)
+    k[:, :, 20:], v[:, :, 20:] = 1e4, -1e4
+    mask = torch.zeros(2, mask_cols, dtype=torch.bool)
+    mask[:, :17] = True
+    mask[0, :4] = False
+    with torch.no_grad():
+        out, _ = tokamax.attention(MODULE, q, k, v, mask, scaling=SCALE)
+    kv_valid = torch.zeros(2, 64, dtype=torch.bool)
+    kv_valid[:, :20] = mask[:, :20]
+    live = kv_valid[:, :20]  # padded queries' rows are unspecified
+    got, want = out.double(), _cache_reference(q, k, v, 0, kv_valid)
+    torch.testing.assert_close(got[live], want[live], **TOL)
+
+
 def test_static_cache_step_without_a_mask_reads_position_ids(tokamax):
     """No padding, so generate() drops the mask: the fill level comes from the position ids (the step's
     token at position 57 of a 128-slot cache)."""

@@ -14,8 +14,10 @@ row is empty and no real token sees padding), slots not written yet 0 (no query 
 them are never read). `lengths` int32 [4] = (kv_len, q_len, mask_cols, source): the keys transformers
 handed over before padding, the new tokens before padding, the mask's columns before padding (the first
 mask_cols slots'; 0 without a mask), and what says where the queries sit (`FROM_MASK`: the last columns
-written, up to the last one any row attends to (the new tokens' own columns; a static cache's mask comes
-padded to the cache's length, `cache_masks`, so that its shape is the same every step); `FROM_POSITION`:
+written, up to the last one any row attends to and at least q_len (a step's new tokens are attended to; a
+static cache's mask comes padded to the cache's length, `cache_masks`, so that its shape is the same every
+step; a chunk or draft whose last tokens are padding in every row would be placed before that padding: generation
+pads on the left); `FROM_POSITION`:
 the first position id, capped at kv_len - q_len, since a full window cache is rolled; `LAST`: the last
 keys, kv_len - q_len). The mask and the first position are always tensors (a stand-in where transformers
 gave none, never read), so that a step with a mask and one without share one export.
@@ -42,9 +44,10 @@ def slot_ids(mask: jax.Array, first_position: jax.Array, lengths: jax.Array, bat
     """(the queries' first slot, int32 [1]; the slots' ids, int32 [batch, slots]), as the module docstring says."""
     kv_len, q_len, mask_cols, source = lengths[0], lengths[1], lengths[2], lengths[3]
     slot = jnp.arange(slots, dtype=jnp.int32)[None, :]
-    # the slots written: up to the last column any row attends to (the new tokens are always attended to), so
-    # a mask padded past the written slots (a static cache's, at the cache's length) places them the same way
-    written = jnp.max(jnp.where((mask != 0) & (slot < mask_cols), slot + 1, 0))
+    # the slots written: up to the last column any row attends to (a step's new tokens are attended to), so a
+    # mask padded past the written slots (a static cache's, at the cache's length) places them the same way; at
+    # least the new tokens (a prompt right-padded in every row still starts at slot 0)
+    written = jnp.maximum(jnp.max(jnp.where((mask != 0) & (slot < mask_cols), slot + 1, 0)), q_len)
     offset = jnp.where(source == FROM_MASK, written - q_len,
                        jnp.where(source == FROM_POSITION, jnp.minimum(first_position.reshape(-1)[0], kv_len - q_len),
                                  kv_len - q_len))
