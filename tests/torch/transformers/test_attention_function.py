@@ -73,40 +73,40 @@ def _cache_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, first_sl
     return reference.attention(q * SCALE, k, v, allowed).transpose(1, 2)
 
 
+def _static_step(tokamax, q_len: int, slots: int, written: int, attended: int, mask_cols: int, seed: int,
+                 left_padded_row: int, left_padding: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # noqa: ANN001
+    """(out, float64 reference, the live query rows) of a step of `q_len` new tokens into a `slots`-slot static
+    cache with `written` slots filled (the new tokens included; the unwritten ones hold garbage), the first
+    `attended` columns attended to but for one row's left padding; the mask has `mask_cols` columns (the written
+    ones as transformers cuts it, or all slots with the unwritten ones 0, as `cache_masks` pads a static cache's)."""
+    q, k, v = _qkv(2, 4, 2, q_len, slots, seed=seed)
+    k[:, :, written:], v[:, :, written:] = 1e4, -1e4  # unwritten slots: any value must be ignored
+    mask = torch.zeros(2, mask_cols, dtype=torch.bool)
+    mask[:, :attended] = True
+    mask[left_padded_row, :left_padding] = False
+    with torch.no_grad():
+        out, _ = tokamax.attention(MODULE, q, k, v, mask, scaling=SCALE)
+    kv_valid = torch.zeros(2, slots, dtype=torch.bool)
+    kv_valid[:, :written] = mask[:, :written]
+    live = kv_valid[:, written - q_len:written]  # padded queries' rows are unspecified
+    return out.double(), _cache_reference(q, k, v, written - q_len, kv_valid), live
+
+
 @pytest.mark.parametrize("mask_cols", [43, 100], ids=["cut", "padded"])
 @pytest.mark.parametrize("q_len", [1, 3], ids=["decode", "chunk"])
 def test_static_cache_step_with_a_padding_mask(tokamax, q_len, mask_cols):
-    """A 100-slot static cache filled to 43 (the step's tokens included), row 1 left-padded by 6, the
-    unwritten slots holding garbage; the mask covers the 43 slots written, as transformers cuts it, or all 100
-    slots with the unwritten ones 0, as `cache_masks` pads a static cache's (the queries sit after the last
-    column attended to either way)."""
-    q, k, v = _qkv(2, 4, 2, q_len, 100, seed=20)
-    k[:, :, 43:], v[:, :, 43:] = 1e4, -1e4  # unwritten slots: any value must be ignored
-    mask = torch.zeros(2, mask_cols, dtype=torch.bool)
-    mask[:, :43] = True
-    mask[1, :6] = False
-    with torch.no_grad():
-        out, _ = tokamax.attention(MODULE, q, k, v, mask, scaling=SCALE)
-    kv_valid = torch.zeros(2, 100, dtype=torch.bool)
-    kv_valid[:, :43] = mask[:, :43]
-    torch.testing.assert_close(out.double(), _cache_reference(q, k, v, 43 - q_len, kv_valid), **TOL)
+    """A 100-slot static cache filled to 43 (the step's tokens included), row 1 left-padded by 6; the mask cut
+    to the 43 slots written or padded to all 100 (the queries sit after the last column attended to either way)."""
+    got, want, live = _static_step(tokamax, q_len, 100, 43, 43, mask_cols, 20, left_padded_row=1, left_padding=6)
+    assert live.all()
+    torch.testing.assert_close(got, want, **TOL)
 
 
 @pytest.mark.parametrize("mask_cols", [20, 64], ids=["cut", "padded"])
 def test_a_static_caches_prompt_right_padded_in_every_row_starts_at_slot_0(tokamax, mask_cols):
-    """A 20-token prompt into a 64-slot static cache, its last 3 tokens padding in both rows (the queries sit by
-    the last column attended to, but never fewer than the new tokens: the prompt starts at slot 0)."""
-    q, k, v = _qkv(2, 4, 2, 20, 64, seed=25)
-    k[:, :, 20:], v[:, :, 20:] = 1e4, -1e4
-    mask = torch.zeros(2, mask_cols, dtype=torch.bool)
-    mask[:, :17] = True
-    mask[0, :4] = False
-    with torch.no_grad():
-        out, _ = tokamax.attention(MODULE, q, k, v, mask, scaling=SCALE)
-    kv_valid = torch.zeros(2, 64, dtype=torch.bool)
-    kv_valid[:, :20] = mask[:, :20]
-    live = kv_valid[:, :20]  # padded queries' rows are unspecified
-    got, want = out.double(), _cache_reference(q, k, v, 0, kv_valid)
+    """A 20-token prompt into a 64-slot static cache, its last 3 tokens padding in both rows, row 0 left-padded by
+    4 too (the queries sit by the last column attended to, but never fewer than the new tokens: slot 0)."""
+    got, want, live = _static_step(tokamax, 20, 64, 20, 17, mask_cols, 25, left_padded_row=0, left_padding=4)
     torch.testing.assert_close(got[live], want[live], **TOL)
 
 
