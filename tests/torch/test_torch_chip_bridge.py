@@ -29,3 +29,18 @@ def test_the_op_with_its_cotangent_given_has_the_sums_gradients_and_the_jax_side
     assert given["median_s"] > 0 and given["numerics"] == "passed", given  # its gradients against the JAX side's
     assert "loss" not in given  # it computes none: its cotangent is given
     assert given["grad_norms"] == pytest.approx(summed["grad_norms"], rel=1e-6)
+
+
+@pytest.mark.kernels_ci
+def test_the_host_mode_splits_launch_from_wait_and_names_the_package_in_its_profile(tmp_path, tokamax):
+    from tools.torch_chip import host_times
+
+    shapes = tuple(s for s in bridge.TINY if s.op == "attention")
+    host_times.host_side(tokamax, open_results(tmp_path / "host.json", "host", "c0ffee"), 2, "cpu", shapes)
+    records = json.loads((tmp_path / "host.json").read_text())["records"]
+    assert {(r["impl"], r["pass"]) for r in records} == {("tokamax (torch)", "fwd"), ("tokamax (torch)", "fwd+bwd"),
+                                                         (GIVEN, "fwd+bwd")}
+    for r in records:
+        assert r["launch_s"] > 0 and r["wait_s"] >= 0 and r["median_s"] >= r["launch_min_s"], r
+        functions = [row["function"] for row in r["profile"]["cumulative"]]
+        assert any("splash_attention/api.py" in f for f in functions), functions  # the package's own call

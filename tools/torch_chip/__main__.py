@@ -1,4 +1,4 @@
-"""`python3 -m tools.torch_chip {jax,jax-profile,bridge,profile,mirror,steps,trl,decode} --out DIR [--commit SHA]
+"""`python3 -m tools.torch_chip {jax,jax-profile,bridge,profile,host,mirror,steps,trl,decode} --out DIR [--commit SHA]
 [--tiny]`: see the package.
 
 `jax` and `jax-profile` run with JAX on the chip (no torch imported); the others are Torch processes: JAX
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-TORCH_MODES = ("bridge", "profile", "mirror", "steps", "trl", "decode")
+TORCH_MODES = ("bridge", "profile", "host", "mirror", "steps", "trl", "decode")
 
 
 def main(argv: list[str]) -> int:
@@ -23,8 +23,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--tiny", action="store_true", help="small shapes on any device: the plumbing, not figures")
     parser.add_argument("--device", default="tpu", help="the Torch side's device (cpu: the plumbing on a CPU host)")
-    parser.add_argument("--shapes", help="jax, jax-profile, bridge, profile: only the shapes whose case starts with "
-                        "one of these comma-separated prefixes (e.g. causal,OLMoE)")
+    parser.add_argument("--shapes", help="jax, jax-profile, bridge, profile, host: only the shapes whose case "
+                        "starts with one of these comma-separated prefixes (e.g. causal,OLMoE)")
     args, rest = parser.parse_known_args(argv)  # the rest: mirror's pytest arguments, steps' and trl's own options
     args.rest = [a for a in rest if a != "--"]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -62,6 +62,14 @@ def main(argv: list[str]) -> int:
         from . import traces
 
         traces.torch_traces(package(), args.out / "profile", args.device, shapes)
+        return 0
+    if args.what == "host":
+        import torch  # noqa: F401  (loads torch-tpu before the bundle's Torch ops)
+
+        from . import host_times
+
+        host_times.host_side(package(), open_results(args.out / "host.json", "host", args.commit), args.runs,
+                             args.device, shapes)
         return 0
     if args.what == "bridge":
         import torch  # noqa: F401  (loads torch-tpu before the bundle's Torch ops)
