@@ -151,7 +151,7 @@ CASES: list[BadInput] = [
     BadInput(DIV, "teacher_soft_cap", "-1", "ValueError", "tokamax distill: teacher_soft_cap must be > 0 or None",
              _emulated(lambda tk: _div(tk, teacher_soft_cap=-1.0))),
     BadInput(DIV, "scheme", '"fast"', "ValueError", "tokamax distill: scheme must be one of 'auto', 'kernels', "
-             "'stored', got 'fast'", _emulated(lambda tk: _div(tk, scheme="fast"))),
+             "'stored', 'recompute', got 'fast'", _emulated(lambda tk: _div(tk, scheme="fast"))),
     BadInput(DIV, "student_weight", "hidden 64 against 128", "ValueError", "tokamax distill: the student's hidden "
              "size is 128 in its hidden states but 64 in its weight",
              _emulated(lambda tk: _div(tk, student_weight=_f(tk, (256, 64))))),

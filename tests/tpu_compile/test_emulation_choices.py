@@ -95,7 +95,7 @@ def distill_choice(kernel: ModuleType, shape: tuple[int, int, int, int]) -> Any:
     rows, hidden_s, hidden_t, vocab = shape
     xs = jax.ShapeDtypeStruct((rows, hidden_s), jnp.bfloat16)
     xt = jax.ShapeDtypeStruct((rows, hidden_t), jnp.bfloat16)
-    return kernel.distill.chunk_of("auto", xs, xt, vocab)
+    return kernel.distill.scheme_of("auto", xs, xt, vocab)
 
 
 @pytest.mark.parametrize("chip", CHIPS)

@@ -128,7 +128,7 @@ def test_both_schemes_agree_at_a_chunk_multiple(small_chunks, emulation):
 def test_a_bad_scheme_is_refused_naming_the_argument(kernel, scheme):
     xs, ws, xt, wt = jnp.zeros((8, 64)), jnp.zeros((256, 64)), jnp.zeros((8, 96)), jnp.zeros((256, 96))
     with pytest.raises(ValueError, match=r"^tokamax distill: scheme must be one of 'auto', 'kernels', 'stored', "
-                                         rf"got {re.escape(repr(scheme))}$"):
+                                         rf"'recompute', got {re.escape(repr(scheme))}$"):
         kernel.distill.divergence(xs, ws, None, xt, wt, None, beta=0.5, scheme=scheme)
 
 
@@ -186,21 +186,25 @@ def _pallas_calls(distill, emulation, rows: int, hs: int, ht: int, vocab: int, s
 
 
 @pytest.mark.kernels_ci
-@pytest.mark.parametrize(("rows", "hs", "ht", "vocab", "calls"), [
-    (512, 2048, 4096, 32000, 0),  # fits, four matmuls beat the kernels' six: stored
-    (100, 2048, 4096, 32000, 0),  # a prefill's rows: one chunk of its own (stored.PREFILL)
-    (4096, 128, 128, 151936, 3),  # narrow hidden sizes: the float32 logits' traffic loses to the kernels
-    (16384, 2048, 4096, 151936, 3),  # Q past an eighth of the v5e's HBM
+@pytest.mark.parametrize(("rows", "hs", "ht", "vocab", "scheme"), [
+    (512, 2048, 4096, 32000, "stored"),  # fits, four matmuls beat the kernels' six: stored
+    (100, 2048, 4096, 32000, "stored"),  # a prefill's rows: one chunk of its own (stored.PREFILL)
+    (4096, 128, 128, 151936, "kernels"),  # narrow hidden sizes: the float32 logits' traffic loses to the kernels
+    (16384, 2048, 4096, 151936, "recompute"),  # Q past an eighth of the v5e's HBM: Q made again, not kept
 ])
-def test_auto_follows_the_rule(kernel, emulation, rows, hs, ht, vocab, calls):
-    """On the emulated v5e, `auto` traces what `stored.choose` says: no kernel where it stores (as "stored"), the
-    kernels' forward and two backward where not (as "kernels")."""
+def test_auto_follows_the_rule(kernel, emulation, rows, hs, ht, vocab, scheme):
+    """On the emulated v5e, `auto` traces what `scheme_of` says: no kernel where a plain-XLA scheme runs (as
+    "stored" or "recompute"), the kernels' forward and two backward where not (as "kernels"); the stored scheme where
+    `stored.choose` takes it."""
     distill = kernel.distill
+    calls = 3 if scheme == "kernels" else 0
     assert _pallas_calls(distill, emulation, rows, hs, ht, vocab, "auto") == calls
-    assert _pallas_calls(distill, emulation, rows, hs, ht, vocab, "stored" if calls == 0 else "kernels") == calls
+    assert _pallas_calls(distill, emulation, rows, hs, ht, vocab, scheme) == calls
+    sd = [jax.ShapeDtypeStruct((rows, h), jnp.bfloat16) for h in (hs, ht)]
     with emulation.emulated_chip("v5e"):
         chunk = distill.stored.choose(distill.blocks.Sizes(rows, hs, ht, vocab), kernel.roofline.chip())
-    assert (chunk is None) == (calls == 3)
+        assert distill.scheme_of("auto", *sd, vocab).scheme == scheme
+    assert (chunk is None) == (scheme != "stored")
 
 
 def _dots(distill, emulation, argnums: tuple[int, ...]) -> list[str]:  # noqa: ANN001
@@ -229,10 +233,10 @@ def test_a_frozen_head_drops_the_weight_gradients_matmul(small_chunks, emulation
 def test_lowers_at_the_benchmark_size_without_kernels_and_with_q_in_bf16(kernel, emulation):
     """At 4,096 rows, student 2048, teacher 4096, Qwen's 151,936 vocabulary, bf16, on the v5e: `auto` lowers the
     stored scheme (no Mosaic kernel), its residual Q [4096, 151936] in bf16 and no matmul of [4096, 151936] float32
-    logits (they are per chunk of 512); at 16,384 rows it lowers the kernels."""
+    logits (they are per chunk of 512); at 16,384 rows, Q past the share, the recompute scheme (no kernel, no Q)."""
     distill = kernel.distill
     specs = _real_specs()
-    for rows, calls in ((4096, 0), (16384, 3)):
+    for rows, calls in ((4096, 0), (16384, 0)):
         s = [jax.ShapeDtypeStruct((rows, a.shape[1]), a.dtype) if i in (0, 3) else a for i, a in enumerate(specs)]
 
         def loss(xs, ws, bs, xt, wt, bt):  # noqa: ANN001, ANN202
@@ -240,7 +244,9 @@ def test_lowers_at_the_benchmark_size_without_kernels_and_with_q_in_bf16(kernel,
 
         module = _lower(emulation, "v5e", jax.grad(loss, argnums=(0, 1, 2)), *s)
         assert module.count("tpu_custom_call") == calls
-        if not calls:
+        if rows == 16384:
+            assert not re.search(r"tensor<(\d+x)?16384x151936x", module)  # no Q
+        else:
             assert "tensor<4096x151936xbf16>" in module  # Q
             assert not re.search(r"dot_general[^\n]*-> tensor<4096x151936xf32>", module)  # logits: per chunk
             assert re.search(r"dot_general[^\n]*-> tensor<512x151936xf32>", module)

@@ -1,6 +1,6 @@
 """`tokamax.explain` on distillation names what `distill.divergence` and `distill.loss` take when traced for the chip:
-the stored scheme's chunk or the kernels' blocks (seen at `stored.forward` and `kernels.forward`), and the fused
-loss's chunk (seen at `fused.loss`)."""
+the stored scheme's chunk, the recompute scheme's chunks or the kernels' blocks (seen at `stored.forward`,
+`recompute.forward` and `kernels.forward`), and the fused loss's chunk (seen at `fused.loss`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 S = jax.ShapeDtypeStruct
 CALLS = {  # rows, student hidden, teacher hidden, vocabulary
     "qwen-4k": (4096, 2048, 4096, 151936),  # the stored scheme on the v5e
-    "qwen-16k": (16384, 2048, 4096, 151936),  # Q past the share: the kernels
+    "qwen-16k": (16384, 2048, 4096, 151936),  # Q past the share: Q made again (the recompute scheme)
     "small": (100, 256, 384, 1000),  # fewer rows than a chunk: one chunk of their own (distill.stored.PREFILL)
     "qwen05-8k": (8192, 896, 3584, 151936),  # Q past the share: the loss's fused chunks with the pair
+    "narrow": (4096, 128, 128, 151936),  # narrow hidden sizes: the float32 logits' traffic loses to the kernels
 }
 
 
@@ -27,7 +28,12 @@ def _specs(rows: int, hs: int, ht: int, vocab: int) -> tuple:
 def test_explain_names_the_divergences_scheme_and_blocks(kernel, monkeypatch, call):
     distill, seen = kernel.distill, []
     stored_forward, kernels_forward = distill.stored.forward, distill.kernels.forward
+    recompute_forward, recompute_backward = distill.recompute.forward, distill.recompute.backward
     monkeypatch.setattr(distill.stored, "forward", lambda *a: seen.append(("stored", a[-1])) or stored_forward(*a))
+    monkeypatch.setattr(distill.recompute, "forward",
+                        lambda *a: seen.append(("recompute", a[-1])) or recompute_forward(*a))
+    monkeypatch.setattr(distill.recompute, "backward",
+                        lambda *a, **k: seen.append(("columns", a[-1])) or recompute_backward(*a, **k))
     monkeypatch.setattr(distill.kernels, "forward",
                         lambda *a, **k: seen.append(("kernels", k["blocks"])) or kernels_forward(*a, **k))
     specs = _specs(*CALLS[call])
@@ -38,13 +44,19 @@ def test_explain_names_the_divergences_scheme_and_blocks(kernel, monkeypatch, ca
     with kernel.emulation.emulated_chip("v5e"):
         jax.jit(jax.grad(divergence, (0, 1))).trace(specs[0], specs[1], specs[3], specs[4])
     explained = kernel.explain(distill.divergence, *specs, beta=0.5, chip="v5e")
-    [(scheme, value)] = seen
+    (scheme, value), *rest = seen
     if scheme == "stored":
         assert explained.path == f"stored {value}" and explained["scheme"].sizes == {"chunk": value}
+    elif scheme == "recompute":
+        [(what, columns)] = rest
+        assert what == "columns"
+        assert explained.path == f"recompute {value} x {columns}"
+        assert explained["scheme"].sizes == {"chunk": value, "vchunk": columns}
     else:
         assert explained.path == "kernels" and explained["scheme"].sizes == {"chunk": None}
         assert (explained["forward"].sizes["rows"], explained["forward"].sizes["vocab"]) == (value.rows, value.vocab)
-    assert (call not in ("qwen-16k", "qwen05-8k")) == (scheme == "stored")
+    expected = {"qwen-16k": "recompute", "qwen05-8k": "recompute", "narrow": "kernels"}.get(call, "stored")
+    assert scheme == expected
 
 
 @pytest.mark.kernels_ci

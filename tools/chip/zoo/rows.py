@@ -10,7 +10,8 @@ chip way by way. Run when named only.
   logits), XLA's accumulator over all the rows as one chunk, the kernels;
 - the forward's chunks at the benchmark's own heads and rows (`models.HEADS`) too;
 - TRL's statistics forward and backward (`statistics`): the package's choice, the kernels, the stored scheme;
-- per-token distillation (`distill.divergence`, JSD) for a same-family pair: each scheme.
+- per-token distillation (`distill.divergence`, JSD) for a same-family pair: each scheme (the stored one, its
+  backward recomputing Q by vocabulary chunks, the kernels).
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
             return per_token(xs, ws, xt, wt).sum()
 
         for impl, fn in (("tokamax", jsd("auto")), ("tokamax (stored)", jsd("stored")),
-                         ("tokamax (kernels)", jsd("kernels")), ("xla", xla)):
+                         ("tokamax (recompute)", jsd("recompute")), ("tokamax (kernels)", jsd("kernels")),
+                         ("xla", xla)):
             yield Workload("distillation", case, impl, "fwd+bwd",
                            lambda d=d, fn=fn: (with_grads(fn, (0, 1)), distill_args(d)), f)

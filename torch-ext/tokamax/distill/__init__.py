@@ -32,16 +32,19 @@ Modules:
 - `stored`: the same in plain XLA, four matmuls as the loss written plainly: a forward over chunks of rows
   that keeps the gradient's basis Q [rows, vocab] in the student's dtype, a backward of two matmuls from it;
   `stored.choose`, the rule that takes it where Q fits an eighth of the chip's HBM.
+- `recompute`: the stored scheme's forward without Q, and a backward that makes Q again by vocabulary columns
+  (six matmuls, no [rows, vocab] array kept): where Q does not fit, faster than the kernels.
 - `fused`: the divergence as a step's loss with its gradients made in the forward (weights per token known before
   the backward, TRL's case): one pass over chunks of rows, four matmuls, one chunk's memory at any number of rows.
-- `divergence`: checks (the operands, the VMEM fit), the call at any size by either scheme (`scheme`:
-  "auto", "kernels", "stored"), its VJP, and `divergence(...)` (differentiable); `loss(...)`, the weighted sum by
-  the fused scheme.
+- `divergence`: checks (the operands, the VMEM fit), the call at any size by any scheme (`scheme`: "auto",
+  "kernels", "stored", "recompute"; `scheme_of`: what "auto" runs), its VJP, and `divergence(...)`
+  (differentiable); `loss(...)`, the weighted sum by the fused scheme.
 """
 
-from . import blocks, cost, fused, stored
+from . import blocks, cost, fused, recompute, stored
 from .divergence import (
     SCHEMES,
+    Chosen,
     Forward,
     backward,
     check,
@@ -51,9 +54,11 @@ from .divergence import (
     forward,
     loss,
     per_token,
+    scheme_of,
     setting,
 )
 from .kernels import KINDS, OUTPUTS, Setting
 
-__all__ = ["KINDS", "OUTPUTS", "SCHEMES", "Forward", "Setting", "backward", "blocks", "check", "check_vmem", "chunk_of",
-           "cost", "divergence", "forward", "fused", "loss", "per_token", "setting", "stored"]
+__all__ = ["KINDS", "OUTPUTS", "SCHEMES", "Chosen", "Forward", "Setting", "backward", "blocks", "check", "check_vmem",
+           "chunk_of", "cost", "divergence", "forward", "fused", "loss", "per_token", "recompute", "scheme_of",
+           "setting", "stored"]

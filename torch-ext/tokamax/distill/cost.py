@@ -14,7 +14,8 @@ and the mixture's log-add-exp), the backward two (p_s, p_t) and two more for the
 capped model wherever its logits are made.
 
 `stored`: the stored scheme's (`distill.stored`: plain XLA, no grid) forward and backward together, its
-roofline and its temporaries.
+roofline and its temporaries. `recompute`: the same of the scheme that recomputes Q by vocabulary chunks in the
+backward (`distill.recompute`).
 """
 
 from __future__ import annotations
@@ -155,3 +156,62 @@ def stored(sizes: Sizes, chunk: int, *, weight_grad: bool = True, bias_grad: boo
             moved += q + sizes.vocab * F32
     return StoredCost(chunk, flops, moved, q + FORWARD_OUTPUTS * rows * F32 + logits, 2 * rows * sizes.vocab,
                       STORED_VECTOR_SECONDS)
+
+
+RECOMPUTE_LOGITS = 1
+"""[rows, columns] float32 arrays a step of the recompute scheme's backward holds beside Q's columns: the student's
+logits (XLA fuses the teacher's matmul into the fusion that writes Q in the student's dtype, Q's arithmetic its output
+fusion). The v5e's compiler (libtpu 0.0.52, compile-only) at 16,384 rows of Gemma 2 2B <- 9B's heads, 8,192 columns
+a step, the forward's chunks made small: 956.7 MB of temporaries, where this model counts 956.6."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RecomputeCost(StoredCost):
+    """`StoredCost` with each phase's temporaries: `temp_bytes` is the larger (the forward's are freed before the
+    backward runs)."""
+
+    forward_bytes: int = 0
+    backward_bytes: int = 0
+
+
+def recompute(sizes: Sizes, vchunk: int, *, chunk: int, weight_grad: bool = True, bias_grad: bool = False,
+              backward: bool = True) -> RecomputeCost:
+    """The recompute scheme (`distill.recompute`): its forward in chunks of `chunk` rows (the rows padded to a
+    multiple), its backward `vchunk` vocabulary columns a step (the columns left one narrower step). Flops: both
+    models' logits in the forward and again in the backward, dx = g (Q @ w_s) and dw = Q.T @ (g x_s) (dw's not for a
+    frozen head; nothing past the forward's without `backward`). Bytes: the forward's as `stored`'s without Q; the
+    backward's both weights and biases read once and w_s again by dx's matmul, per step both models' hidden states
+    read and dx_s's float32 accumulator read and written (and x_s again by dw's matmul, g x_s made in its operand's
+    fusion), both models' float32 logits written and read once, Q written once and read by dx's matmul, dw's and
+    (`bias_grad`) db's, dx_s and dw_s written. Temporaries: the forward's `STORED_LOGITS` float32 [chunk, vocab]
+    arrays and the per-row vectors; the backward's `RECOMPUTE_LOGITS` float32 [rows, columns] arrays, Q's columns
+    in the student's dtype, dx_s's float32 accumulator and the per-row vectors; the larger of the two. Vector work
+    beyond the roofline (`STORED_VECTOR_SECONDS`) per logit of the forward's: the backward's runs in the teacher's
+    matmul's output fusion, under the MXU (measured on the v5e at 4,096 rows of Gemma 2 2B <- 9B: 212.5 ms, where its
+    34.4 TFLOP take 207.4 at the measured peak; this model says 227.3, and 909 against 866 measured at 16,384)."""
+    rows = round_up(sizes.rows, chunk)
+    chunks = rows // chunk
+    hs, ht = sizes.student_hidden * sizes.student_itemsize, sizes.teacher_hidden * sizes.teacher_itemsize
+    weights = sizes.vocab * (hs + ht + 2 * F32)
+    vectors = FORWARD_OUTPUTS * sizes.rows * F32
+    logits = STORED_LOGITS * chunk * sizes.vocab * F32
+    moved = chunks * (weights + 2 * logits) + rows * (hs + ht) + FORWARD_OUTPUTS * rows * F32
+    flops = _logit_flops(rows, sizes.vocab, sizes)
+    made = 2 * rows * sizes.vocab
+    forward_bytes = logits + vectors
+    width = min(vchunk, sizes.vocab)
+    backward_bytes = (RECOMPUTE_LOGITS * sizes.rows * width * F32 + sizes.rows * width * sizes.student_itemsize
+                      + sizes.rows * sizes.student_hidden * F32 + vectors)
+    if backward:
+        n, q = sizes.rows, sizes.rows * sizes.vocab * sizes.student_itemsize
+        steps = -(-sizes.vocab // width)
+        per_step = n * (hs + ht) + 2 * n * sizes.student_hidden * F32 + 3 * n * F32 + (n * hs if weight_grad else 0)
+        moved += steps * per_step + weights + sizes.vocab * hs + 2 * 2 * n * sizes.vocab * F32 + 2 * q + n * hs
+        flops += _logit_flops(n, sizes.vocab, sizes) + 2 * n * sizes.vocab * sizes.student_hidden
+        if weight_grad:
+            moved += q + sizes.vocab * hs  # Q read by dw's matmul, dw written
+            flops += 2 * n * sizes.vocab * sizes.student_hidden
+        if bias_grad:
+            moved += q + sizes.vocab * F32
+    return RecomputeCost(chunk, flops, moved, max(forward_bytes, backward_bytes if backward else 0), made,
+                         STORED_VECTOR_SECONDS, None, forward_bytes, backward_bytes if backward else 0)

@@ -3,12 +3,14 @@ being traced for, the backward's per-row vectors, and a call differentiable in t
 
 `per_token(xs, ws, bs, xt, wt, bt, setting)` gives (divergence, entropy), float32 [rows] each, for
 x_s [rows, hidden_s], w_s [vocab, hidden_s] (nn.Linear's layout) and the teacher's x_t [rows,
-hidden_t], w_t [vocab, hidden_t]; biases float32 [vocab] or None. Two schemes (`SCHEMES`, the `scheme`
+hidden_t], w_t [vocab, hidden_t]; biases float32 [vocab] or None. Three schemes (`SCHEMES`, the `scheme`
 argument): "kernels", our Pallas kernels, neither operand padded or copied (`kernels`: the last blocks overhang
 and are masked), no [rows, vocab] array anywhere; "stored", plain XLA in chunks of rows with the gradient's
-[rows, vocab] basis Q kept from the forward (`stored`: four matmuls, as the loss written plainly); "auto"
-(the default), `stored.choose`'s rule on the chip being traced for: the stored scheme where its temporaries
-fit an eighth of the chip's HBM, else the kernels.
+[rows, vocab] basis Q kept from the forward (`stored`: four matmuls, as the loss written plainly); "recompute",
+the stored scheme's forward without Q and a backward that makes Q again a chunk of vocabulary columns at a time
+(`recompute`: six matmuls, no [rows, vocab] array kept); "auto" (the default), `stored.choose`'s rule on the chip
+being traced for (`scheme_of`): the stored scheme where its temporaries fit an eighth of the chip's HBM, else the
+recompute scheme where its roofline is under the kernels', else the kernels.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -26,12 +29,12 @@ from jax.experimental.pallas import tpu as pltpu
 from .. import checks, hosts, roofline
 from ..lm_head.blocks import LANES
 from ..lm_head.transform import LogitTransform
-from . import fused, kernels, stored
+from . import fused, kernels, recompute, stored
 from .blocks import Blocks, choose
 from .kernels import Setting
 
 DTYPES = ("bfloat16", "float32")
-SCHEMES = ("auto", "kernels", "stored")
+SCHEMES = ("auto", "kernels", "stored", "recompute")
 
 
 class Forward(NamedTuple):
@@ -147,10 +150,43 @@ def _check_scheme(scheme: object) -> None:
         raise ValueError(f"tokamax distill: scheme must be one of {', '.join(map(repr, SCHEMES))}, got {scheme!r}")
 
 
-def chunk_of(scheme: str, xs: jax.Array, xt: jax.Array, vocab: int, setting: Setting | None = None) -> int | None:
-    """The stored scheme's chunk rows for `scheme` (`SCHEMES`), or None for the kernels: "auto" by
-    `stored.choose` on the chip being traced for; "stored" its chunk, or its smallest where it would not."""
+class Chosen(NamedTuple):
+    """The scheme a call runs (`SCHEMES` but "auto") and its chunks: the stored scheme's rows per chunk, or the
+    recompute scheme's forward rows per chunk (`chunk`) and backward columns per step (`vchunk`)."""
+
+    scheme: str
+    chunk: int | None = None
+    vchunk: int | None = None
+
+
+def scheme_of(scheme: str, xs: jax.Array, xt: jax.Array, vocab: int, setting: Setting | None = None) -> Chosen:
+    """What `scheme` runs on the chip being traced for. "auto": the stored scheme where `stored.choose` takes it (Q
+    within the share, faster than the kernels), else the recompute scheme where `recompute.choose` does (its
+    roofline under the kernels': at Gemma 2 2B <- 9B's heads past the stored scheme's share it ran at 0.65x their
+    time on the v5e), else the kernels."""
     _check_scheme(scheme)
+    if scheme == "recompute" or scheme == "auto":
+        sizes, on = kernels.sizes_of(xs, xt, vocab), roofline.chip()
+        if scheme == "recompute":
+            return Chosen("recompute", recompute.row_chunk(sizes, on), recompute.choose_chunk(sizes, on))
+        chunk = stored.choose(sizes, on, setting)
+        if chunk is not None:
+            return Chosen("stored", chunk)
+        chunks = recompute.choose(sizes, on, setting)
+        return Chosen("kernels") if chunks is None else Chosen("recompute", *chunks)
+    chunk = chunk_of(scheme, xs, xt, vocab, setting)
+    return Chosen("kernels") if chunk is None else Chosen("stored", chunk)
+
+
+def chunk_of(scheme: str, xs: jax.Array, xt: jax.Array, vocab: int, setting: Setting | None = None) -> int | None:
+    """The stored scheme's chunk rows for `scheme` (`SCHEMES`), or None where it is not the stored scheme: "auto" by
+    `stored.choose` on the chip being traced for (None: the recompute scheme or the kernels, `scheme_of` says
+    which); "kernels" None; "stored" its chunk, or its smallest where it would not. Refuses
+    "recompute", which is neither (`recompute.row_chunk` and `recompute.choose_chunk` give its chunks)."""
+    _check_scheme(scheme)
+    if scheme == "recompute":
+        raise ValueError("tokamax distill: the recompute scheme has no stored chunk (recompute.row_chunk and "
+                         "recompute.choose_chunk give its chunks)")
     if scheme == "kernels":
         return None
     chunk = stored.choose(kernels.sizes_of(xs, xt, vocab), roofline.chip(), setting)
@@ -170,10 +206,13 @@ def per_token(xs: jax.Array, ws: jax.Array, bs: jax.Array | None, xt: jax.Array,
     _check_scheme(scheme)
     if xs.shape[0] == 0:  # no tokens: nothing to run (the kernels' grid would be empty); zero gradients
         return _no_rows(xs), _no_rows(xs)
-    chunk = chunk_of(scheme, xs, xt, vocab, setting)
-    if chunk is None:
-        return _per_token(xs, ws, _bias(bs, vocab)[0], xt, wt, _bias(bt, vocab)[0], setting)
-    return _stored(xs, ws, _bias(bs, vocab)[0], xt, wt, _bias(bt, vocab)[0], setting, chunk)
+    chosen = scheme_of(scheme, xs, xt, vocab, setting)
+    bs, bt = _bias(bs, vocab)[0], _bias(bt, vocab)[0]
+    if chosen.scheme == "recompute":
+        return _recomputed(xs, ws, bs, xt, wt, bt, setting, chosen.chunk, chosen.vchunk)
+    if chosen.scheme == "stored":
+        return _stored(xs, ws, bs, xt, wt, bt, setting, chosen.chunk)
+    return _per_token(xs, ws, bs, xt, wt, bt, setting)
 
 
 def _no_rows(xs: jax.Array) -> jax.Array:
@@ -223,23 +262,56 @@ def _stored_fwd(*primals: Any) -> tuple[tuple[jax.Array, jax.Array], tuple]:
     return (vectors[0], vectors[1]), (xs, ws, bs, xt, wt, bt, Forward(*vectors), q)
 
 
-def _stored_bwd(setting: Setting, chunk: int, residuals: tuple, cotangents: tuple) -> tuple:
-    """The divergence's cotangent alone (TRL's case): `stored.backward` from Q. With an entropy cotangent, whose
-    gradient Q does not hold: the kernels' backward for both (one rounding of the whole gradient, as the
-    kernels'), Q unread."""
-    xs, ws, bs, xt, wt, bt, saved, q = residuals
+def _scheme_bwd(setting: Setting, operands: tuple, saved: Forward, cotangents: tuple,
+                by_divergence: Callable[[jax.Array], tuple]) -> tuple:
+    """The divergence's cotangent alone (TRL's case): `by_divergence(d_div)`, the scheme's backward from Q. With an
+    entropy cotangent, whose gradient Q does not hold: the kernels' backward for both (one rounding of the whole
+    gradient, as the kernels'), Q not made or read."""
+    xs, ws, bs, xt, wt, bt = operands
     d_div, d_ent = (None if isinstance(c, SymbolicZero) else c for c in cotangents)
     if d_ent is not None:
         d_div = jnp.zeros_like(saved.divergence) if d_div is None else d_div
         dx, dw, db = backward(xs, ws, bs, xt, wt, bt, setting, saved, d_div, d_ent)
     elif d_div is not None:
-        dx, dw, db = stored.backward(xs, ws, q, d_div)
+        dx, dw, db = by_divergence(d_div)
     else:
         dx, dw, db = jnp.zeros_like(xs), jnp.zeros_like(ws), jnp.zeros_like(bs)
     return dx, dw, db.astype(bs.dtype), *_teacher_zeros(xt, wt, bt)
 
 
+def _stored_bwd(setting: Setting, chunk: int, residuals: tuple, cotangents: tuple) -> tuple:
+    """`stored.backward` from the forward's Q (`_scheme_bwd`)."""
+    *operands, saved, q = residuals
+    return _scheme_bwd(setting, tuple(operands), saved, cotangents,
+                       lambda d_div: stored.backward(operands[0], operands[1], q, d_div))
+
+
 _stored.defvjp(_stored_fwd, _stored_bwd, symbolic_zeros=True)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
+def _recomputed(xs: jax.Array, ws: jax.Array, bs: jax.Array, xt: jax.Array, wt: jax.Array, bt: jax.Array,
+                setting: Setting, chunk: int, vchunk: int) -> tuple[jax.Array, jax.Array]:
+    vectors = recompute.forward(xs, ws, bs, xt, wt, bt, setting, chunk)
+    return vectors[0], vectors[1]
+
+
+def _recomputed_fwd(*primals: Any) -> tuple[tuple[jax.Array, jax.Array], tuple]:
+    """Symbolic zeros: the primals come as `CustomVJPPrimal`s (the setting and chunks as they are)."""
+    xs, ws, bs, xt, wt, bt = (p.value for p in primals[:6])
+    setting, chunk, _ = primals[6:]
+    vectors = recompute.forward(xs, ws, bs, xt, wt, bt, setting, chunk)
+    return (vectors[0], vectors[1]), (xs, ws, bs, xt, wt, bt, Forward(*vectors))
+
+
+def _recomputed_bwd(setting: Setting, chunk: int, vchunk: int, residuals: tuple, cotangents: tuple) -> tuple:
+    """`recompute.backward`, Q made again by vocabulary chunks from the forward's per-row vectors (`_scheme_bwd`)."""
+    *operands, saved = residuals
+    return _scheme_bwd(setting, tuple(operands), saved, cotangents, lambda d_div: recompute.backward(
+        *operands, setting, (saved.student_lse, saved.teacher_lse, saved.aux), d_div, vchunk))
+
+
+_recomputed.defvjp(_recomputed_fwd, _recomputed_bwd, symbolic_zeros=True)
 
 
 @hosts.emulated("distill.divergence")
@@ -250,7 +322,7 @@ def divergence(student_hidden: jax.Array, student_weight: jax.Array, student_bia
                teacher_soft_cap: float | None = None, scheme: str = "auto") -> tuple[jax.Array, jax.Array]:
     """TRL's `ChunkedDivergenceFunction` in JAX: per token (divergence, the student's entropy), float32
     [rows] each, differentiable in the student's hidden states, weight and bias (the package docstring
-    has the math); `scheme` "auto", "kernels" or "stored" (the module docstring)."""
+    has the math); `scheme` "auto", "kernels", "stored" or "recompute" (the module docstring)."""
     return per_token(student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias,
                      setting(beta, temperature, student_scale, student_soft_cap, teacher_scale, teacher_soft_cap),
                      scheme)

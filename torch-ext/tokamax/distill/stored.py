@@ -53,7 +53,7 @@ forward and backward at Qwen3 1.7B <- 8B's heads, 5.83 against 6.34 at Qwen3 0.6
 against this scheme's 4.18 GB and 399 (XLA's program: 4.22 and 401), and the roofline puts it at 6.0 ms against the
 kernels' 14.4."""
 
-__all__ = ["CHUNKS", "HBM_SHARE", "backward", "bias", "choose", "chunk_for", "forward"]
+__all__ = ["CHUNKS", "HBM_SHARE", "backward", "bias", "choose", "chunk_for", "forward", "kernels_seconds"]
 
 
 def bias(b: jax.Array | None, vocab: int) -> jax.Array:
@@ -81,13 +81,20 @@ def choose(sizes: Sizes, chip: roofline.Chip, setting: Setting | None = None) ->
                   if cost.stored(sizes, c).temp_bytes <= chip.hbm // HBM_SHARE), None)
     if chunk is None:
         return None
+    kernels = kernels_seconds(sizes, chip, setting)
+    return chunk if kernels is None or cost.stored(sizes, chunk).seconds(chip) < kernels else None
+
+
+def kernels_seconds(sizes: Sizes, chip: roofline.Chip, setting: Setting | None = None) -> float | None:
+    """The kernels' roofline (`cost.costs` at their blocks for `chip`, `setting`'s beta and soft caps; the JSD's
+    without one), None where their smallest blocks cannot take these hidden sizes: what a plain-XLA scheme is
+    weighed against."""
     beta, caps = (0.5, 0) if setting is None else (setting.beta, setting.soft_caps)
     try:
         by = {k: blocks.choose(sizes, chip.vmem, k) for k in blocks.KERNELS}
     except ValueError:  # hidden sizes the kernels' smallest blocks do not fit
-        return chunk
-    kernels = sum(c.seconds(chip) for c in cost.costs(sizes, by, beta=beta, soft_caps=caps).values())
-    return chunk if cost.stored(sizes, chunk).seconds(chip) < kernels else None
+        return None
+    return sum(c.seconds(chip) for c in cost.costs(sizes, by, beta=beta, soft_caps=caps).values())
 
 
 def _logits(x: jax.Array, w: jax.Array, b: jax.Array, transform) -> tuple[jax.Array, jax.Array]:  # noqa: ANN001

@@ -1,7 +1,7 @@
-"""Distillation's choices: for `distill.divergence` the scheme (`distill.chunk_of`: the stored scheme at a chunk, or
-the kernels at their blocks) with both schemes' roofline times and the stored one's temporaries against the share of
-HBM; for `distill.loss` the fused scheme's chunk (`distill.fused.loss_chunk`) and every chunk `fused.choose` weighed,
-or the per-token call's scheme and why."""
+"""Distillation's choices: for `distill.divergence` the scheme (`distill.scheme_of`: the stored scheme at a chunk, the
+recompute scheme at its chunks, or the kernels at their blocks) with each scheme's roofline time and the plain-XLA
+ones' temporaries against the share of HBM; for `distill.loss` the fused scheme's chunk (`distill.fused.loss_chunk`)
+and every chunk `fused.choose` weighed, or the per-token call's scheme and why."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import dataclasses
 from typing import Any
 
 from .. import roofline
-from ..distill import blocks, cost, fused, kernels, stored
-from ..distill.divergence import blocks_for, chunk_of
+from ..distill import blocks, cost, fused, kernels, recompute, stored
+from ..distill.divergence import blocks_for, scheme_of
 from ..distill.divergence import setting as setting_of
 from ..lm_head.blocks import round_up
 from .report import Alternative, Choice, Explanation
@@ -28,8 +28,9 @@ def _operands(xs: Any, ws: Any, xt: Any, wt: Any) -> tuple[Any, Any, int, blocks
 def _divergence(chip: str, xs: Any, xt: Any, vocab: int, sizes: blocks.Sizes, setting: kernels.Setting, scheme: str,
                 op: str) -> Explanation:
     on = roofline.chip()
-    chunk = chunk_of(scheme, xs, xt, vocab, setting)
-    source = "the cost model (stored.choose)" if scheme == "auto" else f"given (scheme={scheme!r})"
+    chosen = scheme_of(scheme, xs, xt, vocab, setting)
+    chunk = chosen.chunk if chosen.scheme == "stored" else None
+    source = "the cost model (scheme_of)" if scheme == "auto" else f"given (scheme={scheme!r})"
     budget = on.hbm // stored.HBM_SHARE
     try:
         by = {k: blocks_for(xs, xt, vocab, k) for k in blocks.KERNELS}
@@ -38,25 +39,35 @@ def _divergence(chip: str, xs: Any, xt: Any, vocab: int, sizes: blocks.Sizes, se
     weighed = [Alternative(f"stored {c}", cost.stored(sizes, c).seconds(on), cost.stored(sizes, c).temp_bytes,
                            cost.stored(sizes, c).temp_bytes <= budget)
                for c in sorted({stored.chunk_for(sizes.rows, c) for c in stored.CHUNKS}, reverse=True)]
+    row_chunk, vchunk = recompute.row_chunk(sizes, on), recompute.choose_chunk(sizes, on)
+    again = cost.recompute(sizes, vchunk, chunk=row_chunk)
+    weighed.append(Alternative(f"recompute {row_chunk} x {vchunk}", again.seconds(on), again.temp_bytes,
+                               again.temp_bytes <= budget))
     kernel_choices: list[Choice] = []
     if by:
         costs = cost.costs(sizes, by, beta=setting.beta, soft_caps=setting.soft_caps)
         weighed.append(Alternative("kernels", sum(c.seconds(on) for c in costs.values()), 0, True))
-        run = "the package's block rule" if chunk is None else "not run"
+        run = "the package's block rule" if chosen.scheme == "kernels" else "not run"
         kernel_choices = [Choice(k, run, {"rows": by[k].rows, "vocab": by[k].vocab},
                                  vmem_bytes=by[k].kernel_vmem_bytes(k, sizes), seconds=costs[k].seconds(on),
                                  note="the largest blocks that fit the chip's VMEM (distill.blocks.choose)")
                           for k in blocks.KERNELS]
-    if chunk is None:
+    if chosen.scheme == "kernels":
         if not by:
             raise ValueError(f"tokamax explain distill: the kernels take no blocks at these sizes ({why})")
         path, seconds = "kernels", sum(c.seconds for c in kernel_choices)
-        note = "the kernels: no rows, or the stored scheme past the share or slower"
+        note = "the kernels: no rows, or the stored and recompute schemes past the share or slower"
+    elif chosen.scheme == "recompute":
+        path, seconds = f"recompute {chosen.chunk} x {chosen.vchunk}", again.seconds(on)
+        note = (f"Q made again by {chosen.vchunk} vocabulary columns a step: temporaries {again.temp_bytes >> 20} MiB "
+                "(the stored scheme's Q past the share, or slower)")
     else:
         path, seconds = f"stored {chunk}", cost.stored(sizes, chunk).seconds(on)
         note = f"Q [rows, vocab] kept: temporaries {cost.stored(sizes, chunk).temp_bytes >> 20} MiB"
-    scheme_choice = Choice("scheme", source, {"chunk": chunk}, seconds=seconds, note=note)
-    return Explanation(op, chip, device_kind(chip), path, (scheme_choice, *(kernel_choices if chunk is None else ())),
+    scheme_choice = Choice("scheme", source, {"chunk": chosen.chunk, "vchunk": chosen.vchunk} if chosen.vchunk
+                           else {"chunk": chunk}, seconds=seconds, note=note)
+    kernels_run = kernel_choices if chosen.scheme == "kernels" else ()
+    return Explanation(op, chip, device_kind(chip), path, (scheme_choice, *kernels_run),
                        tuple(sorted(weighed, key=lambda a: (not a.fits, a.seconds))), budget)
 
 
