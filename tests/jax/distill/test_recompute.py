@@ -19,7 +19,7 @@ import pytest
 
 from .reference import U, reference, tolerances
 from .test_kernels import SETTINGS, _lower, assert_within, operands
-from .test_stored import BF16, _check, run
+from .test_stored import BF16, _check, _dots, run
 
 ROWS, HIDDEN_S, HIDDEN_T, VOCAB = 37, 64, 96, 1000
 
@@ -155,22 +155,12 @@ def test_no_rows_give_zero_gradients(kernel):
     assert [g.shape for g in grads] == [xs.shape, ws.shape, bs.shape] and not any(np.asarray(g).any() for g in grads)
 
 
-def _dots(distill, emulation, argnums: tuple[int, ...]) -> list[str]:  # noqa: ANN001
-    ops = operands(64, HIDDEN_S, HIDDEN_T, VOCAB, seed=2)
-
-    def loss(xs, ws, bs):  # noqa: ANN001, ANN202
-        return distill.divergence(xs, ws, bs, *ops[3:], beta=0.5, scheme="recompute")[0].sum()
-
-    with emulation.emulated_chip("v5e"):
-        hlo = jax.jit(jax.grad(loss, argnums=argnums)).lower(*ops[:3]).compile().as_text()
-    return re.findall(r"= (f32\[[\d,]+\][^ ]*) dot\(", hlo)
-
-
 @pytest.mark.kernels_ci
 def test_a_frozen_head_drops_the_weight_gradients_matmul(small_chunks, emulation):
     """Differentiated in x_s alone (a frozen head), dw's matmuls (the loop's [256, hidden_s] one and the last step's
     [232, hidden_s]) are outputs nobody reads: XLA drops them from the compiled program, the logits' and dx's left."""
-    trained, frozen = _dots(small_chunks, emulation, (0, 1, 2)), _dots(small_chunks, emulation, (0,))
+    trained = _dots(small_chunks, emulation, (0, 1, 2), "recompute")
+    frozen = _dots(small_chunks, emulation, (0,), "recompute")
     dw = [f"f32[256,{HIDDEN_S}]", f"f32[232,{HIDDEN_S}]"]
     assert all(any(d.startswith(s) for d in trained) for s in dw), trained
     assert not any(d.startswith(s) for d in frozen for s in dw), frozen
