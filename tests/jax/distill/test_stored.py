@@ -85,20 +85,24 @@ def test_an_entropy_cotangent_takes_the_kernels_backward(small_chunks, emulation
 
 
 @pytest.mark.kernels_ci
+@pytest.mark.parametrize("scheme", ["stored", "recompute"])
 @pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
-def test_bf16_student_within_the_schemes_roundings(small_chunks, emulation, beta):
+def test_bf16_student_within_the_schemes_roundings(small_chunks, emulation, monkeypatch, beta, scheme):
     """A bf16 student and a float32 teacher of another width (the reference takes the same bf16 values): float32
     logits and sums, so the divergence and entropy are as exact as for float32. Q is rounded to bf16 once (as
     TRL rounds its gradient tiles); dx = g (Q @ w_s) comes back in bf16 (two roundings); dw = Q.T @ (g x_s) rounds
     g x_s too and comes back in bf16 (three): each within that many bf16 roundings of the largest of its gradient;
     db = sum_r g_r Q_r in float32 rounds Q alone, but its rows' errors add where their terms cancel (each column's
-    error is within u sum_r |g_r Q_r|, not u |db|): two roundings, as `test_kernels` holds its db."""
+    error is within u sum_r |g_r Q_r|, not u |db|): two roundings, as `test_kernels` holds its db. The recompute
+    scheme makes the same roundings (its Q again in two steps of 256 columns and one of 128)."""
+    monkeypatch.setattr(small_chunks.recompute, "CHUNKS", (16,))
+    monkeypatch.setattr(small_chunks.recompute, "VCHUNKS", (256,))
     xs, ws, bs, xt, wt, bt = operands(ROWS, 128, 192, 640, seed=9)
     ops = (jnp.asarray(xs, jnp.bfloat16), jnp.asarray(ws, jnp.bfloat16), bs, xt, wt, bt)
     options = dict(beta=beta, student_soft_cap=30.0, temperature=1.2)
     g_div = np.random.default_rng(6).standard_normal(ROWS).astype(np.float32)
     zero = np.zeros(ROWS, np.float32)
-    div, ent, (dx, dw, db) = run(small_chunks, emulation, ops, options, g_div, None)
+    div, ent, (dx, dw, db) = run(small_chunks, emulation, ops, options, g_div, None, scheme=scheme)
     want_div, want_ent, want_grads = reference(ops, options, g_div, zero)
     div_tol, ent_tol, *_ = tolerances(ops, options, g_div, zero)
     assert_within("divergence", div, want_div, div_tol)
