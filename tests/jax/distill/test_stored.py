@@ -60,13 +60,18 @@ def _check(ops: tuple, options: dict, got: tuple, g_div: np.ndarray, g_ent: np.n
         assert_within(name, g, want, bound)
 
 
+@pytest.mark.parametrize("scheme", ["stored", "recompute"])
 @pytest.mark.parametrize("setting", list(SETTINGS))
 @pytest.mark.parametrize("beta", [0.0, pytest.param(0.5, marks=pytest.mark.kernels_ci), 1.0])
-def test_stored_matches_float64(small_chunks, emulation, beta, setting):
+def test_stored_matches_float64(small_chunks, emulation, monkeypatch, beta, setting, scheme):
+    """Both plain-XLA schemes; the recompute scheme's forward in chunks of 16 rows too, its backward 256 columns a
+    step (the vocabulary's 1000: three steps and one of 232)."""
+    monkeypatch.setattr(small_chunks.recompute, "CHUNKS", (16,))
+    monkeypatch.setattr(small_chunks.recompute, "VCHUNKS", (256,))
     ops = operands(ROWS, HIDDEN_S, HIDDEN_T, VOCAB, seed=int(beta * 10) + len(setting), bias=setting != "plain")
     options = dict(beta=beta, **SETTINGS[setting])
     g_div = np.random.default_rng(7).standard_normal(ROWS).astype(np.float32)
-    got = run(small_chunks, emulation, ops, options, g_div, None)
+    got = run(small_chunks, emulation, ops, options, g_div, None, scheme=scheme)
     _check(ops, options, got, g_div, np.zeros(ROWS, np.float32))
 
 
