@@ -16,6 +16,7 @@ import cProfile
 import pstats
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from .records import record
@@ -40,9 +41,10 @@ def launch_and_wait(call: Any, runs: int) -> dict[str, float]:
             "launch_min_s": min(launch), "total_s": statistics.median(a + b for a, b in zip(launch, wait, strict=True))}
 
 
-def profile_of(call: Any, runs: int) -> dict[str, list[dict[str, Any]]]:
+def profile_of(call: Any, runs: int, package: str | None = None) -> dict[str, list[dict[str, Any]]]:
     """cProfile's view of `runs` waited calls: the functions with the most own time and the most cumulative time,
-    per call."""
+    per call, and (where `package`, the loaded package's folder, is given) the package's own functions by their
+    cumulative time, wherever they rank among the rest."""
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(runs):
@@ -50,20 +52,28 @@ def profile_of(call: Any, runs: int) -> dict[str, list[dict[str, Any]]]:
         synchronize()
     profiler.disable()
     stats = pstats.Stats(profiler)
-    rows = []
+    rows, ours = [], []
     for (path, line, name), (_, calls, own, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
-        rows.append({"function": f"{_short(path)}:{line}:{name}", "calls_per_call": calls / runs,
-                     "own_s": own / runs, "cumulative_s": cumulative / runs})
+        row = {"function": f"{_short(path, package)}:{line}:{name}", "calls_per_call": calls / runs,
+               "own_s": own / runs, "cumulative_s": cumulative / runs}
+        rows.append(row)
+        if package is not None and path.startswith(package):
+            ours.append(row)
     by = {"own": sorted(rows, key=lambda r: -r["own_s"])[:TOP],
           "cumulative": sorted(rows, key=lambda r: -r["cumulative_s"])[:TOP]}
+    if package is not None:
+        by["package"] = sorted(ours, key=lambda r: -r["cumulative_s"])[:TOP]
     return by
 
 
-def _short(path: str) -> str:
-    """A path from its package on (site-packages and the checkout's prefix dropped)."""
-    for marker in ("site-packages/", "torch-tpu/", "wheels-site/", "/tokamax/"):
+def _short(path: str, package: str | None = None) -> str:
+    """A path from its package on: the loaded package's as tokamax/..., others with site-packages and the like
+    dropped."""
+    if package is not None and path.startswith(package):
+        return "tokamax/" + path[len(package):].lstrip("/")
+    for marker in ("site-packages/", "torch-tpu/", "wheels-site/"):
         if marker in path:
-            return path.split(marker, 1)[1] if marker != "/tokamax/" else "tokamax/" + path.split(marker, 1)[1]
+            return path.split(marker, 1)[1]
     return path
 
 
@@ -89,7 +99,7 @@ def host_side(tk: Any, out: Any, runs: int, device: str, shapes: tuple) -> None:
                     once()
                 synchronize()
                 split = launch_and_wait(once, runs)
-                profile = profile_of(once, runs)
+                profile = profile_of(once, runs, str(Path(tk.__file__).resolve().parent))
             except Exception as e:  # noqa: BLE001  (recorded)
                 out.add(record(shape.op, shape.case, way.impl, way.pass_, None, error=f"{type(e).__name__}: {e}"[:600]))
                 continue
@@ -97,5 +107,8 @@ def host_side(tk: Any, out: Any, runs: int, device: str, shapes: tuple) -> None:
                            profile=profile))
             print(f"host | {shape.case} | {way.impl} | {way.pass_}: launch {split['launch_s'] * 1e3:.2f} ms, "
                   f"wait {split['wait_s'] * 1e3:.2f} ms; most own time: "
-                  + ", ".join(f"{r['function']} {r['own_s'] * 1e3:.2f}" for r in profile["own"][:4]), flush=True)
+                  + ", ".join(f"{r['function']} {r['own_s'] * 1e3:.2f}" for r in profile["own"][:4])
+                  + "; the package's (cumulative): "
+                  + ", ".join(f"{r['function']} {r['cumulative_s'] * 1e3:.2f}" for r in profile["package"][:3]),
+                  flush=True)
         del tensors
