@@ -91,7 +91,8 @@ def main(argv: list[str]) -> int:
                         "families (models and the JAX tier's case families: check.families()); "
                         "tune: expert shapes (models.EXPERTS' model names); sweep: \"uneven\" for "
                         "models.IMBALANCED, \"wide\" for the tiles past the default scoped VMEM only, at the raised "
-                        "limit, \"ranked\" for the rule's first four")
+                        "limit, \"ranked\" for the rule's first four, \"prefill\" for the forward at the zoo's "
+                        "prefill rows beside lax.ragged_dot (sweep_prefill.py)")
     parser.add_argument("--impl", default="", help="bench: only the workloads of these impls (separated by commas "
                         "without a space, e.g. tokamax,xla: the package's own choice beside XLA's; a name's own "
                         "', ' stays in it)")
@@ -179,20 +180,27 @@ def main(argv: list[str]) -> int:
 
         def record(w, m, compile_s, error) -> None:  # noqa: ANN001
             r = {"op": w.op, "case": w.case, "impl": w.impl, "pass": w.pass_, "compile_s": round(compile_s, 2),
-                 "median_s": None if m is None else m.median_s}
+                 "median_s": None if m is None else m.median_s,
+                 "pipelined_s": None if m is None else m.pipelined_s}
             if m is None:
                 r["error"] = error
             else:
                 r["tflops"] = w.flops / m.median_s / 1e12
-            said = r.get("error") or f"{r['median_s'] * 1e3:.2f} ms, {r['tflops']:.0f} TFLOP/s"
+            said = r.get("error") or f"{r['median_s'] * 1e3:.3f} ms, {r['tflops']:.0f} TFLOP/s" + (
+                "" if m.pipelined_s is None else f", back to back {m.pipelined_s * 1e3:.3f} ms")
             print(f"{w.op} | {w.case} | {w.impl}: {said}", flush=True)
             out.add(r)
 
         start = time.perf_counter()
         only = set(args.only.split(","))
-        chosen = [w for w in sweep.workloads(tk, uneven="uneven" in only, wide="wide" in only,
-                                                   ranked=4 * ("ranked" in only)) if args.case in w.case]
-        run(chosen, record, jobs=args.jobs, runs=min(args.runs, 5), warmup=1)
+        if "prefill" in only:  # its calls are short: back-to-back times over all `--runs`
+            from . import sweep_prefill
+            found, runs = sweep_prefill.workloads(tk), args.runs
+        else:
+            found, runs = sweep.workloads(tk, uneven="uneven" in only, wide="wide" in only,
+                                          ranked=4 * ("ranked" in only)), min(args.runs, 5)
+        chosen = [w for w in found if args.case in w.case]
+        run(chosen, record, jobs=args.jobs, runs=runs, warmup=1)
         print(f"sweep: {time.perf_counter() - start:.0f} s", flush=True)
     return int(status)
 
