@@ -5,7 +5,8 @@ tokens (a few rows a group, 2 to 250), where the tile rule's first choice ran 0.
 weights block fetched once per group and output tile, with lookahead), each as the Op compiles it (lookahead where
 the tiles allow it, the raised VMEM limit where they need it); calls timed back to back (`pipelined_s`), as a
 model's program issues them. What the rule's cost of a group's weights fetch (`tokamax.moe.tiles`) is checked
-against where a group's rows are few. Run as `python3 -m tools.chip sweep --only prefill`."""
+against where a group's rows are few. Run as `python3 -m tools.chip sweep --only prefill`; `--only changed` times
+the training calls whose choice that cost moved (`BEFORE`), the tiles before beside the tiles now."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from types import ModuleType
 import jax
 import jax.numpy as jnp
 
+from .models import ROUTING_SKEW
 from .workloads import Workload, group_sizes, normal
 from .zoo.models import BY_NAME
 from .zoo.shapes import experts
@@ -69,3 +71,68 @@ def workloads(tk: ModuleType) -> Iterator[Workload]:
                 predicted = rule.seconds("gmm", m, k, n, g, t, on)
                 yield Workload("grouped_matmul", case, f"{name}, model {predicted * 1e3:.3f} ms", "fwd",
                                lambda f=gmm, make=make: (f, make()), flops)
+
+
+BEFORE = {
+    ('dlhs', 16384, 2048, 2816, 60): (128, 2048, 2816),
+    ('dlhs', 32768, 2048, 2816, 60): (128, 2048, 2816),
+    ('gmm', 32768, 3584, 5120, 64): (128, 3584, 1024),
+    ('gmm', 32768, 2560, 3584, 64): (128, 2560, 3584),
+    ('dlhs', 32768, 2560, 3584, 64): (128, 2560, 3584),
+    ('gmm', 65536, 2048, 1536, 128): (128, 2048, 1536),
+    ('dlhs', 65536, 2048, 1536, 128): (128, 2048, 1536),
+    ('gmm', 8192, 4096, 12800, 16): (128, 4096, 1024),
+    ('gmm', 8192, 6400, 4096, 16): (128, 6400, 2048),
+    ('dlhs', 8192, 4096, 28672, 8): (256, 4096, 2048),
+    ('gmm', 32768, 512, 1024, 32): (256, 512, 1024),
+    ('dlhs', 32768, 512, 1024, 32): (256, 512, 1024),
+    ('gmm', 32768, 2048, 2048, 64): (128, 2048, 2048),
+    ('dlhs', 32768, 2048, 2048, 64): (128, 2048, 2048),
+    ('dlhs', 32768, 1024, 2048, 64): (128, 1024, 2048),
+    ('gmm', 24576, 2048, 2816, 64): (128, 2048, 2816),
+    ('dlhs', 24576, 2048, 2816, 64): (128, 2048, 2816),
+    ('gmm', 24576, 1408, 2048, 64): (128, 1408, 2048),
+    ('dlhs', 32768, 7168, 4096, 8): (256, 1024, 4096),
+    ('gmm', 65536, 7168, 4096, 8): (256, 7168, 1024),
+    ('dlhs', 65536, 7168, 4096, 8): (256, 1024, 4096),
+    ('gmm', 65536, 2048, 7168, 8): (512, 2048, 1024),
+    ('dlhs', 65536, 2048, 7168, 8): (256, 1024, 7168),
+    ('gmm', 16384, 2880, 5760, 32): (128, 2880, 2048),
+    ('dlhs', 16384, 2880, 5760, 32): (128, 1024, 5760),
+    ('gmm', 16384, 2880, 2880, 32): (128, 2880, 1024),
+    ('dlhs', 16384, 2880, 2880, 32): (256, 2880, 2880),
+    ('gmm', 32768, 2880, 2880, 32): (256, 2880, 2880),
+    ('dlhs', 32768, 2880, 2880, 32): (256, 2880, 2880),
+    ('gmm', 32768, 2880, 5760, 128): (128, 2880, 2048),
+    ('dlhs', 32768, 2880, 2880, 128): (256, 2880, 2880),
+}
+"""The zoo's calls at 4,096 and 8,192 tokens where the rule's choice moved when its lookahead weights term learned
+that a group worked in one step has nothing queued behind the next group's weights, and that what queues waits only
+where the HBM has room: (kernel, m, k, n, groups) in the rule's names, and the tiles the rule took before."""
+
+
+def changed(tk: ModuleType) -> Iterator[Workload]:
+    """Each call of `BEFORE` at the tiles before and at the rule's tiles now, as the Op compiles each."""
+    rd, rule = tk.ragged_dot, tk.moe.tiles
+    hook = importlib.import_module(tk.ops.tpu.RaggedDot.__module__.rsplit(".", 1)[0] + ".tiles_hook")
+    on = rule.roofline.chip()
+    for (kernel, m, k, n, g), before in BEFORE.items():
+        case = f"{kernel}: {m} x {k} -> {n}, {g} experts, routing skew {ROUTING_SKEW:g}"
+        flops = 2 * m * k * n
+        dlhs = kernel == "dlhs"
+
+        def make(m=m, k=k, n=n, g=g, dlhs=dlhs) -> tuple:  # noqa: ANN001 - dlhs: the output's gradient [m, n]
+            return (normal(1, (m, n if dlhs else k)), normal(2, (g, k, n), scale=k ** -0.5),
+                    group_sizes(m, g, skew=ROUTING_SKEW))
+
+        for label, t in (("before", rule.Tiles(*before)), ("rule", rule.choose(kernel, m, k, n, g, on))):
+            limit = rule.vmem_limit(kernel, t, on)
+
+            def call(a, b, s, t=t, limit=limit, dlhs=dlhs):  # noqa: ANN001, ANN202 - as the Op calls the kernel
+                return rd.gmm(a, b, s, precision=jax.lax.Precision.DEFAULT, out_dtype=jnp.bfloat16,
+                              tiling=(t.tm, t.tn, t.tk) if dlhs else tuple(t), transpose_rhs=dlhs,
+                              rhs_lookahead=hook.rhs_lookahead(t.tn, t.tk), vmem_limit_bytes=limit,
+                              zero_padded_rows=True)
+
+            name = f"{label} {t.tm}x{t.tk}x{t.tn}, model {rule.seconds(kernel, m, k, n, g, t, on) * 1e3:.3f} ms"
+            yield Workload(kernel, case, name, "fwd", lambda f=call, make=make: (f, make()), flops)
