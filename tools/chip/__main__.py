@@ -93,7 +93,7 @@ def main(argv: list[str]) -> int:
                         "models.IMBALANCED, \"wide\" for the tiles past the default scoped VMEM only, at the raised "
                         "limit, \"ranked\" for the rule's first four, \"prefill\" for the forward at the zoo's "
                         "prefill rows beside lax.ragged_dot, \"changed\" for the training calls whose tiles the "
-                        "lookahead term moved (sweep_prefill.py)")
+                        "lookahead term moved (zoo/gmm_tiles.py)")
     parser.add_argument("--impl", default="", help="bench: only the workloads of these impls (separated by commas "
                         "without a space, e.g. tokamax,xla: the package's own choice beside XLA's; a name's own "
                         "', ' stays in it)")
@@ -195,9 +195,9 @@ def main(argv: list[str]) -> int:
         start = time.perf_counter()
         only = set(args.only.split(","))
         if only & {"prefill", "changed"}:  # its calls are short: back-to-back times over all `--runs`
-            from . import sweep_prefill
-            found = [*(sweep_prefill.workloads(tk) if "prefill" in only else ()),
-                     *(sweep_prefill.changed(tk) if "changed" in only else ())]
+            from .zoo import gmm_tiles
+            found = [*(gmm_tiles.workloads(tk) if "prefill" in only else ()),
+                     *(gmm_tiles.changed(tk) if "changed" in only else ())]
             runs = args.runs
         else:
             found, runs = sweep.workloads(tk, uneven="uneven" in only, wide="wide" in only,

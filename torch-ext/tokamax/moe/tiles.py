@@ -133,28 +133,29 @@ GROUP_WEIGHTS_UNHIDDEN_AHEAD = 0.5
 """The same share where gmm fetches the weights with lookahead (port.kdl's fix over upstream: the next group's
 block is fetched as soon as a buffer frees, behind the whole current group, `_step_classes`): the rows' own
 fetches still queue behind it. Fitted on the v5e (benchmarks/measured/v5e-2026-12-04-bench-moe-9357b96.json, which
-times both fetches in one run)."""
+times both fetches in one run). None where the groups are `short`: there the weights stream is the call (one row
+tile a group), and with the share counted the rule split the contraction at every zoo prefill call, 0.83-0.98x
+`lax.ragged_dot`'s speed, where one contraction tile of 128 rows ran 1.04-2.1x faster than XLA's
+(benchmarks/measured/v5e-2026-12-08-gmm-prefill-be20a9b.json). Letting it stall only where the HBM had room (the
+same at a prefill's rows) moved 18 training calls to tiles that ran 5-30% slower (-gmm-changed-20fb896.json)."""
 
 
-class Ahead(NamedTuple):
-    """Weights blocks gmm fetches with lookahead: `count` fetches of `bytes` each, and `later`, a group's grid
-    steps after its first (on average, at most one counted): the steps whose rows queue behind the next group's
-    weights (`GROUP_WEIGHTS_UNHIDDEN_AHEAD`)."""
-
-    count: int
-    bytes: float
-    later: float
+def short(m: int, groups: int) -> bool:
+    """Whether the groups average fewer rows than the smallest row tile (a prefill's: 2 to 64 rows a group at the
+    zoo's 128 to 512 tokens): each group's rows are one visit of one row tile, mostly masked, so that no step of the
+    group's own queues behind the next group's weights (`GROUP_WEIGHTS_UNHIDDEN_AHEAD` is 0 there), and a larger row
+    tile is more MXU work, not fewer steps (`choose`'s ties)."""
+    return m < groups * ROWS[0]
 
 
-def _step_classes(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, itemsize: int,
-                  lookahead: bool = True) -> tuple[list[tuple[int, int, float]], float, Ahead | None]:
+def _step_classes(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles,
+                  itemsize: int, lookahead: bool = True) -> tuple[list[tuple[int, int, float]], float]:
     """The grid's steps in classes of (count, flops per step, HBM bytes fetched for the next step), and the bytes
     nothing hides. Pallas fetches a block only when its index changes from one step to the next, so where the
     contraction is one tile (gmm and dlhs) a group's weights block is fetched once per output tile, at the group's
     first visit, and a row tile a group boundary crosses (visited again by the next group) fetches no rows again;
     edge blocks move only what is in bounds (the MXU works them whole). With `lookahead` (gmm and dlhs, as the
-    package runs them) a group's weights block is fetched behind the steps of the group before it, not one: those
-    fetches are returned apart (`Ahead`), the steps' own bytes are the rows'."""
+    package runs them) a group's weights block is fetched behind all the steps of the group before it, not one."""
     row_tiles = _cdiv(m, t.tm)
     revisits = groups - 1  # each group boundary inside a row tile visits it once more
     if kernel == "tgmm":  # grid (n, k, row visits): the [k, n] block written once per group
@@ -163,7 +164,7 @@ def _step_classes(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, it
         rows_in = t.tm * (k / tiles_k + n / tiles_n) * itemsize
         out = (k / tiles_k) * (n / tiles_n) * itemsize
         blocks = tiles_k * tiles_n
-        return [(blocks * row_tiles, flops, rows_in), (blocks * revisits, flops, out)], blocks * out, None
+        return [(blocks * row_tiles, flops, rows_in), (blocks * revisits, flops, out)], blocks * out
     # gmm and dlhs: grid (output tiles, row visits, contraction tiles); dlhs contracts n (its tn), writes k (tk)
     size_c, tile_c, size_o, tile_o = (k, t.tk, n, t.tn) if kernel == "gmm" else (n, t.tn, k, t.tk)
     tiles_c, tiles_o = _cdiv(size_c, tile_c), _cdiv(size_o, tile_o)
@@ -171,17 +172,16 @@ def _step_classes(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, it
     lhs, weights, out = t.tm * c * itemsize, c * o * itemsize, t.tm * o * itemsize
     flops = 2 * t.tm * tile_c * tile_o
     unhidden = tiles_o * groups * GROUP_WEIGHTS_UNHIDDEN * weights
-    if tiles_c == 1 and lookahead:  # every step its share of the rows and of its group's weights
+    if tiles_c == 1 and lookahead:  # every step, its share of the rows and of its group's weights
         steps = tiles_o * (row_tiles + revisits)
         moved = tiles_o * (row_tiles * (lhs + out) + (groups - 1) * weights)
-        later = min(1.0, (row_tiles - 1) / groups)  # a group's steps after its first, at most one counted
-        return [(steps, flops, moved / steps)], tiles_o * weights, Ahead(tiles_o * groups, weights, later)
+        unhidden = 0.0 if short(m, groups) else tiles_o * groups * GROUP_WEIGHTS_UNHIDDEN_AHEAD * weights
+        return [(steps, flops, moved / steps)], unhidden + tiles_o * weights
     if tiles_c > 1:  # every step fetches rows and weights; the output block is written once per row tile
         return [(tiles_o * row_tiles, flops, lhs + weights + out),
-                (tiles_o * (row_tiles * (tiles_c - 1) + revisits * tiles_c), flops, lhs + weights)], unhidden, None
+                (tiles_o * (row_tiles * (tiles_c - 1) + revisits * tiles_c), flops, lhs + weights)], unhidden
     # one contraction tile: a new row tile fetches rows (and writes the last), a group's first visit its weights
-    return ([(tiles_o * row_tiles, flops, lhs + out), (tiles_o * revisits, flops, weights)],
-            unhidden + tiles_o * weights, None)
+    return [(tiles_o * row_tiles, flops, lhs + out), (tiles_o * revisits, flops, weights)], unhidden + tiles_o * weights
 
 
 def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip, itemsize: int = 2,
@@ -203,16 +203,10 @@ def seconds(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, on: Chip
     -sweep-gpt-oss-120b-uneven-f38ceff.json) `choose` takes the fastest tiling timed within the VMEM model for gmm
     and dlhs (Qwen3-235B-A22B's gmm 0.8% over it) and tgmm 5.5-6% over (tests/jax/moe/test_tiles.py)."""
     ahead = lookahead and kernel != "tgmm" and t.tn % 128 == 0 and t.tk % 16 == 0  # as the port's tile hook allows
-    classes, unhidden, fetched = _step_classes(kernel, m, k, n, groups, t, itemsize, ahead)
+    classes, unhidden = _step_classes(kernel, m, k, n, groups, t, itemsize, ahead)
     mxu_fill = min(1.0, t.tm / on.mxu) * min(1.0, min(t.tk, t.tn) / on.mxu)
-    total = sum(roofline.seconds(count * flops, count * moved, count, on, mxu_fill) for count, flops, moved in classes
-                if count > 0) + unhidden / on.hbm_bandwidth
-    if fetched is not None:  # what queues behind the next group's weights waits only where the HBM has room
-        steps, flops, moved = classes[0]
-        slack = steps * max(0.0, flops / (mxu_fill * on.peak_flops) - moved / on.hbm_bandwidth)
-        total += min(fetched.count * fetched.later * GROUP_WEIGHTS_UNHIDDEN_AHEAD * fetched.bytes / on.hbm_bandwidth,
-                     slack)
-    return total
+    return sum(roofline.seconds(count * flops, count * moved, count, on, mxu_fill) for count, flops, moved in classes
+               if count > 0) + unhidden / on.hbm_bandwidth
 
 
 def candidates(m: int, k: int, n: int) -> list[Tiles]:
@@ -233,12 +227,14 @@ def choose(kernel: str, m: int, k: int, n: int, groups: int, on: Chip, itemsize:
     near = [t for t in fitting if seconds(kernel, m, k, n, groups, t, on, itemsize) <= tie * best]
     if kernel == "tgmm":
         return max(near, key=lambda t: (-t.tm, t.tk * t.tn))
-    return max(near, key=lambda t: (t.tk * t.tn, -_visited_flops(kernel, m, k, n, groups, t, itemsize), t.tm))
+    if short(m, groups):  # a larger row tile is more masked work, not fewer steps
+        return max(near, key=lambda t: (t.tk * t.tn, -_visited_flops(kernel, m, k, n, groups, t, itemsize)))
+    return max(near, key=lambda t: (t.tk * t.tn, t.tm))
 
 
 def _visited_flops(kernel: str, m: int, k: int, n: int, groups: int, t: Tiles, itemsize: int) -> float:
     """The MXU's work at tiles `t`, every visited tile worked whole."""
-    classes, _, _ = _step_classes(kernel, m, k, n, groups, t, itemsize)
+    classes, _ = _step_classes(kernel, m, k, n, groups, t, itemsize)
     return sum(count * flops for count, flops, _ in classes)
 
 

@@ -6,7 +6,7 @@ weights block fetched once per group and output tile, with lookahead), each as t
 the tiles allow it, the raised VMEM limit where they need it); calls timed back to back (`pipelined_s`), as a
 model's program issues them. What the rule's cost of a group's weights fetch (`tokamax.moe.tiles`) is checked
 against where a group's rows are few. Run as `python3 -m tools.chip sweep --only prefill`; `--only changed` times
-the training calls whose choice that cost moved (`BEFORE`), the tiles before beside the tiles now."""
+the training calls whose choice a version of that cost moved (`BEFORE`), the tiles before beside the tiles now."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from types import ModuleType
 import jax
 import jax.numpy as jnp
 
-from .models import ROUTING_SKEW
-from .workloads import Workload, group_sizes, normal
-from .zoo.models import BY_NAME
-from .zoo.shapes import experts
+from ..models import ROUTING_SKEW
+from ..workloads import Workload, group_sizes, normal
+from .models import BY_NAME
+from .shapes import experts
 
 SHAPES = (("Qwen1.5-MoE-A2.7B", 256), ("Qwen2-57B-A14B", 256), ("Qwen3-30B-A3B", 128), ("gpt-oss-120b", 128),
           ("Mixtral 8x7B", 128), ("Qwen3-235B-A22B", 128), ("OLMoE 1B-7B", 1024), ("DeepSeek-V2-Lite", 512))
@@ -106,13 +106,14 @@ BEFORE = {
     ('gmm', 32768, 2880, 5760, 128): (128, 2880, 2048),
     ('dlhs', 32768, 2880, 2880, 128): (256, 2880, 2880),
 }
-"""The zoo's calls at 4,096 and 8,192 tokens where the rule's choice moved when its lookahead weights term learned
-that a group worked in one step has nothing queued behind the next group's weights, and that what queues waits only
-where the HBM has room: (kernel, m, k, n, groups) in the rule's names, and the tiles the rule took before."""
+"""The zoo's calls at 4,096 and 8,192 tokens where 20fb896's rule (a group's weights fetched ahead stalling nothing
+where the HBM had no room) moved the choice: (kernel, m, k, n, groups) in the rule's names, and the tiles the rule
+took before, and takes again since the v5e ran them 5-30% faster (-gmm-changed-20fb896.json)."""
 
 
 def changed(tk: ModuleType) -> Iterator[Workload]:
-    """Each call of `BEFORE` at the tiles before and at the rule's tiles now, as the Op compiles each."""
+    """Each call of `BEFORE` at the tiles before and at the rule's tiles now (the same tiles since 20fb896's were
+    measured), as the Op compiles each."""
     rd, rule = tk.ragged_dot, tk.moe.tiles
     hook = importlib.import_module(tk.ops.tpu.RaggedDot.__module__.rsplit(".", 1)[0] + ".tiles_hook")
     on = rule.roofline.chip()
