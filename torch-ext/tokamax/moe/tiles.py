@@ -59,6 +59,14 @@ tgmm tiling faster at 128 rows than at 256 with the same columns (10 of 10 pairs
 ms against 6.92; -sweep-ranked-84d05f3)."""
 
 
+SHORT_TIE = 1.05
+"""Where the groups are `short`, gmm's and dlhs' tilings within 5% of the model's fastest are ties, and go to the
+least MXU work: the weights stream there runs at 630-700 GB/s on the v5e, past the 590 the model is calibrated to
+(`roofline.MEASURED`), so a row tile of 256 whose masked MXU work the model hides under that stream is the slower
+(Granite 3.0 1B-A400M's down projection at 256 tokens: 256 x 512 x 1024 0.148 ms, 3.8% ahead in the model, against
+128 x 512 x 1024 0.123; benchmarks/measured/v5e-2026-12-08-gmm-prefill-granite-3c4d6fc.json)."""
+
+
 class Tiles(NamedTuple):
     tm: int
     tk: int
@@ -223,7 +231,7 @@ def choose(kernel: str, m: int, k: int, n: int, groups: int, on: Chip, itemsize:
     # ties (within 1%) go to the larger tiles, then the larger row tile: fewer steps than the model counts; tgmm's
     # (within TGMM_TIE) to the smaller row tile first (`TGMM_TIE`)
     best = min(seconds(kernel, m, k, n, groups, t, on, itemsize) for t in fitting)
-    tie = TGMM_TIE if kernel == "tgmm" else 1.01
+    tie = TGMM_TIE if kernel == "tgmm" else SHORT_TIE if short(m, groups) else 1.01
     near = [t for t in fitting if seconds(kernel, m, k, n, groups, t, on, itemsize) <= tie * best]
     if kernel == "tgmm":
         return max(near, key=lambda t: (-t.tm, t.tk * t.tn))
