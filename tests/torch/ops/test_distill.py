@@ -45,12 +45,17 @@ def divergence64(lps: torch.Tensor, lpt: torch.Tensor, beta: float) -> torch.Ten
     return beta * (pt * (lpt - lm)).sum(-1) + (1 - beta) * (ps * (lps - lm)).sum(-1)
 
 
-@pytest.mark.parametrize("chunk", [0, 16], ids=["kernels", "stored"])
+SCHEMES = [dict(chunk=0), dict(chunk=16), dict(scheme="recompute")]
+SCHEME_IDS = ["kernels", "stored", "recompute"]
+
+
+@pytest.mark.parametrize("way", SCHEMES, ids=SCHEME_IDS)
 @pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
-def test_divergence_entropy_and_gradients_match_float64(ops, beta, chunk):
-    """By the kernels and by the stored scheme in chunks of 16 rows (70 rows: the last chunk padded)."""
+def test_divergence_entropy_and_gradients_match_float64(ops, beta, way):
+    """By the kernels, by the stored scheme in chunks of 16 rows (70 rows: the last chunk padded) and by the
+    recompute scheme (its chunks on the chip the ops are traced for: all 70 rows, the 300 columns in one step)."""
     xs, ws, bs, xt, wt, bt = _operands()
-    div, ent = ops.distillation_divergence(xs, ws, bs, xt, wt, bt, beta=beta, chunk=chunk, **OPTIONS)
+    div, ent = ops.distillation_divergence(xs, ws, bs, xt, wt, bt, beta=beta, **way, **OPTIONS)
     g = checks.randn(ROWS, seed=46)
     (g * div).sum().backward()
     assert not ent.requires_grad and div.dtype == ent.dtype == torch.float32
@@ -68,17 +73,19 @@ def test_divergence_entropy_and_gradients_match_float64(ops, beta, chunk):
         torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
 
 
-@pytest.mark.parametrize("chunk", [0, 16], ids=["kernels", "stored"])
-def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops, chunk):
+@pytest.mark.parametrize(("way", "name"), list(zip(SCHEMES, ("distill_divergence_bwd", "distill_divergence_stored_bwd",
+                                                        "distill_divergence_recompute_bwd"), strict=True)),
+                         ids=SCHEME_IDS)
+def test_a_frozen_head_gives_dx_alone_as_the_full_backward(ops, way, name):
     """A student head whose weight and bias need no gradient (LoRA's): the dx-only op runs (one backward
-    kernel, not two; the stored scheme's one matmul, not two) and gives the full backward's dx exactly."""
+    kernel, not two; the stored scheme's one matmul, not two; the recompute scheme's loop without dw's matmul) and
+    gives the full backward's dx exactly."""
     xs, ws, bs, xt, wt, bt = _operands()
     grads = []
-    name = "distill_divergence_stored_bwd" if chunk else "distill_divergence_bwd"
     for frozen in (False, True):
         x, w, b = (t.detach().clone().requires_grad_(t is xs or not frozen) for t in (xs, ws, bs))
         with checks.OpsSeen() as probe:
-            div, _ = ops.distillation_divergence(x, w, b, xt, wt, bt, beta=0.5, chunk=chunk, **OPTIONS)
+            div, _ = ops.distillation_divergence(x, w, b, xt, wt, bt, beta=0.5, **way, **OPTIONS)
             div.sum().backward()
         assert probe.seen[f"{name}_x" if frozen else name] == 1, probe.seen
         assert probe.seen[name if frozen else f"{name}_x"] == 0, probe.seen
@@ -109,6 +116,13 @@ def test_fakes_match_jax_shapes(ops):
     q, xs, ws = torch.zeros(256, 384, dtype=torch.bfloat16), operands[0], operands[1]
     checks.fake_matches_jax(ops, ops.distill_divergence_stored_bwd_op, s._stored_backward_jax, xs, ws, q, row)
     checks.fake_matches_jax(ops, ops.distill_divergence_stored_bwd_x_op, s._stored_backward_x_jax, xs, ws, q, row)
+    r = checks.family(ops, "distill").recompute_ops
+    checks.fake_matches_jax(ops, ops.distill_divergence_recompute_op, r._recompute_forward_jax, *operands, *setting,
+                            64, 128)
+    checks.fake_matches_jax(ops, ops.distill_divergence_recompute_bwd_op, r._recompute_backward_jax, *operands,
+                            *[row] * 4, *setting, 128)
+    checks.fake_matches_jax(ops, ops.distill_divergence_recompute_bwd_x_op, r._recompute_backward_x_jax, *operands,
+                            *[row] * 4, *setting, 128)
 
 
 @pytest.mark.kernels_ci
@@ -126,14 +140,14 @@ def test_traces_with_symbolic_sizes_and_compiles_once(ops):
 
 
 @pytest.mark.kernels_ci
-@pytest.mark.parametrize("chunk", [0, 64], ids=["kernels", "stored"])
-def test_autograd_wiring_on_meta(ops, chunk):
+@pytest.mark.parametrize("way", [dict(chunk=0), dict(chunk=64), dict(scheme="recompute")], ids=SCHEME_IDS)
+def test_autograd_wiring_on_meta(ops, way):
     """Gradients reach the student's hidden states, weight and bias in their dtypes through the divergence;
     the entropy carries none, and the teacher's tensors get none (as TRL)."""
     xs, ws, _, xt, wt, _ = _bf16(200, "meta")
     xs, ws, xt, wt = (t.requires_grad_() for t in (xs, ws, xt, wt))
     bs = torch.zeros(384, dtype=torch.bfloat16, device="meta", requires_grad=True)
-    div, ent = ops.distillation_divergence(xs, ws, bs, xt, wt, None, beta=1.0, chunk=chunk)
+    div, ent = ops.distillation_divergence(xs, ws, bs, xt, wt, None, beta=1.0, **way)
     assert div.requires_grad and not ent.requires_grad
     div.sum().backward()
     for t in (xs, ws, bs):
@@ -155,7 +169,9 @@ def test_lowers_to_the_three_kernels(ops):
 def test_in_build_namespace(ops, tokamax):
     checks.assert_in_build_namespace(tokamax, ops.distill_divergence_op, ops.distill_divergence_bwd_op,
                                      ops.distill_divergence_bwd_x_op, ops.distill_divergence_stored_op,
-                                     ops.distill_divergence_stored_bwd_op, ops.distill_divergence_stored_bwd_x_op)
+                                     ops.distill_divergence_stored_bwd_op, ops.distill_divergence_stored_bwd_x_op,
+                                     ops.distill_divergence_recompute_op, ops.distill_divergence_recompute_bwd_op,
+                                     ops.distill_divergence_recompute_bwd_x_op)
 
 
 @pytest.mark.kernels_ci
@@ -177,6 +193,29 @@ def test_the_chunk_is_the_packages_choice(ops):
         assert pick(meta(100, 2048), meta(100, 4096), 151936, s) == 104
         assert pick(meta(4096, 2048), meta(4096, 4096), 151936, s) == 1024
         assert pick(meta(16384, 2048), meta(16384, 4096), 151936, s) == 0
+
+
+@pytest.mark.kernels_ci
+def test_the_scheme_is_the_jax_calls_rule(ops):
+    """`divergence_scheme` (what a call without `chunk` or `scheme` takes) is `distill.scheme_of`'s on the chip the
+    ops are traced for, the JAX call's rule: on the v5e the stored scheme at Gemma 2 2B <- 9B's heads at 2,048 rows,
+    the recompute scheme at 4,096 and 16,384 (Q past the stored scheme's share; it ran at 0.65x the kernels' time
+    there, benchmarks/measured/v5e-2026-12-07-distill-recompute.json); the kernels at hidden sizes of 64 (where the
+    recompute scheme's roofline is over theirs)."""
+    pick = checks.family(ops, "distill").recompute_ops.divergence_scheme
+    tk = importlib.import_module(ops.__name__.rsplit(".", 1)[0])
+    s = tk.distill.setting(0.5, student_soft_cap=30.0, teacher_soft_cap=30.0)
+
+    def meta(rows: int, hidden: int) -> torch.Tensor:
+        return torch.zeros(rows, hidden, dtype=torch.bfloat16, device="meta")
+
+    with tk.emulation.emulated_chip("v5e"):
+        assert pick(meta(2048, 2304), meta(2048, 3584), 256000, s).scheme == "stored"
+        for rows in (4096, 16384):
+            chosen = pick(meta(rows, 2304), meta(rows, 3584), 256000, s)
+            assert chosen == tk.distill.Chosen("recompute", tk.distill.recompute.row_chunk(
+                tk.distill.blocks.Sizes(rows, 2304, 3584, 256000, 2, 2), tk.roofline.chip()), 2048), chosen
+        assert pick(meta(16384, 64), meta(16384, 64), 256000, s).scheme == "kernels"
 
 
 def _call(**changed):  # noqa: ANN003, ANN202
@@ -205,6 +244,9 @@ def _call(**changed):  # noqa: ANN003, ANN202
     (_call(student_soft_cap=-2.0), ValueError, "student_soft_cap must be > 0 or None, got -2.0"),
     (_call(chunk=-1), ValueError, "chunk must be an int >= 0 (0: the kernels) or None, got -1"),
     (_call(chunk=16.0), ValueError, "chunk must be an int >= 0 (0: the kernels) or None, got 16.0"),
+    (_call(scheme="fused"), ValueError, "scheme must be one of ('auto', 'kernels', 'stored', 'recompute'), got"),
+    (_call(scheme="recompute", chunk=16), ValueError, "chunk (16) is the stored scheme's rows per chunk; scheme "
+                                                      "'recompute' takes none"),
 ])
 def test_bad_calls_fail_with_the_ops_own_message(ops, call, error, message):
     with pytest.raises(error, match=f"^tokamax {OP}: ") as info:
