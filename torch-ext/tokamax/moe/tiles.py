@@ -142,10 +142,11 @@ GROUP_WEIGHTS_UNHIDDEN_AHEAD = 0.5
 block is fetched as soon as a buffer frees, behind the whole current group, `_step_classes`): the rows' own
 fetches still queue behind it. Fitted on the v5e (benchmarks/measured/v5e-2026-12-04-bench-moe-9357b96.json, which
 times both fetches in one run). None where the groups are `short`: there the weights stream is the call (one row
-tile a group), and with the share counted the rule split the contraction at every zoo prefill call, 0.83-0.98x
-`lax.ragged_dot`'s speed, where one contraction tile of 128 rows ran 1.04-2.1x faster than XLA's
-(benchmarks/measured/v5e-2026-12-08-gmm-prefill-be20a9b.json). Letting it stall only where the HBM had room (the
-same at a prefill's rows) moved 18 training calls to tiles that ran 5-30% slower (-gmm-changed-20fb896.json)."""
+tile a group), and with the share counted the rule split the contraction at every such zoo prefill call it was
+timed at (0.50-1.23x `lax.ragged_dot`'s time, slower at 10 of 13), where one contraction tile of 128 rows ran at
+1.00-2.03x XLA's speed (benchmarks/measured/v5e-2026-12-08-gmm-prefill-be20a9b.json). Letting it stall only where
+the HBM had room (the same at a prefill's rows) moved 18 training calls to tiles that ran 5-30% slower
+(-gmm-changed-20fb896.json)."""
 
 
 def short(m: int, groups: int) -> bool:
